@@ -1,0 +1,240 @@
+"""PyTorch backend (CUDA, MPS or CPU): batched KV-cache generation and the LoRA GRPO/DAPO step.
+
+Nodes in one process that load the same model directory share one copy of the base weights;
+each node owns a named peft LoRA adapter and its own AdamW optimizer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from ..config import Config
+from .base import Generation, Sample, StepStats, peak_rss_mb
+
+ADAPTER_FILE = "adapter.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+@dataclass
+class _SharedBase:
+    model: PeftModel
+    tokenizer: object
+    adapters: set[str] = field(default_factory=set)
+
+
+_SHARED: dict[tuple[str, str, str], _SharedBase] = {}
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    if dtype == "auto":
+        cuda_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, model_dir: Path, cfg: Config, *, adapter: str, device: str, log: Callable[[str], None] = print):
+        self.cfg, self.device, self.adapter = cfg, device, adapter
+        torch_dtype = resolve_dtype(cfg.dtype, device)
+        self.dtype = str(torch_dtype).removeprefix("torch.")
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+        key = (str(Path(model_dir).resolve()), device, self.dtype)
+        shared = _SHARED.get(key)
+        try:
+            if shared is None:
+                tok = AutoTokenizer.from_pretrained(model_dir)
+                if not tok.chat_template:
+                    raise ValueError(f"model in {model_dir} has no chat template: use an instruct/chat model.")
+                tok.padding_side = "left"
+                if tok.pad_token_id is None:
+                    tok.pad_token = tok.eos_token
+                base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(device)
+                shared = _SharedBase(get_peft_model(base, lora, adapter_name=adapter), tok)
+                _SHARED[key] = shared
+                log(f"loaded {model_dir} on {device} as {self.dtype}")
+            elif adapter in shared.adapters:
+                raise ValueError(f"two nodes named {adapter!r} in one process: give each node its own name.")
+            else:
+                shared.model.add_adapter(adapter, lora)
+        except ValueError as e:
+            if "Target modules" in str(e):
+                raise ValueError(f"lora_targets {cfg.lora_targets} match no module of this model: {e}") from None
+            raise
+        shared.adapters.add(adapter)
+        self.model, self.tok = shared.model, shared.tokenizer
+        self.params = [p for n, p in self.model.named_parameters() if "lora_" in n and f".{adapter}." in n]
+        for p in self.params:
+            p.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=0.0)
+        self.eos_ids = self._eos_ids()
+
+    # ----------------------------------------------------------------------------- helpers
+    def _eos_ids(self) -> list[int]:
+        ids = {self.tok.eos_token_id}
+        gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
+        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+        return sorted(i for i in ids if i is not None)
+
+    def _activate(self) -> None:
+        if self.model.active_adapter != self.adapter:
+            self.model.set_adapter(self.adapter)
+        for p in self.params:  # set_adapter freezes the other adapters; keep ours trainable
+            p.requires_grad_(True)
+
+    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)[-self.cfg.max_prompt_tokens:]
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        pad = self.tok.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        return ids, mask
+
+    # -------------------------------------------------------------------------- generate
+    @torch.inference_mode()
+    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+        self._activate()
+        self.model.eval()
+        prompt_ids = [self._prompt_ids(m) for m in prompts]
+        ids, mask = self._left_pad([p for p in prompt_ids for _ in range(n)])
+        gen_cfg = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                                   max_new_tokens=max_new_tokens, pad_token_id=self.tok.pad_token_id,
+                                   eos_token_id=self.eos_ids)
+        torch.manual_seed(seed)
+        out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
+        new = out[:, ids.shape[1]:].tolist()
+        results: list[list[Generation]] = []
+        eos = set(self.eos_ids)
+        for i, row in enumerate(new):
+            end = next((j for j, t in enumerate(row) if t in eos), None)
+            toks = row if end is None else row[:end]
+            g = Generation(self.tok.decode(toks, skip_special_tokens=True), len(toks) + (end is not None), end is not None)
+            if i % n == 0:
+                results.append([])
+            results[-1].append(g)
+        return results
+
+    # ------------------------------------------------------------------------ train step
+    def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
+        seqs = []
+        limit = self.cfg.max_new_tokens
+        for s in samples:
+            c = self.tok(s.completion, add_special_tokens=False)["input_ids"]
+            c = (c[: limit - 1] + [self.eos_ids[0]]) if s.finished else c[:limit]
+            if c:
+                seqs.append((self._prompt_ids(s.messages), c, float(s.advantage)))
+        return sorted(seqs, key=lambda x: len(x[0]) + len(x[1]))  # similar lengths share a micro-batch
+
+    def _completion_logps(self, prompts: list[list[int]], comps: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs of the completion tokens only (logits_to_keep, one row at a time)."""
+        width_c = max(len(c) for c in comps)
+        pad = self.tok.pad_token_id
+        ids, mask = self._left_pad(prompts)  # every prompt ends at the same column...
+        comp = torch.tensor([c + [pad] * (width_c - len(c)) for c in comps], device=self.device)
+        cmask = torch.tensor([[1] * len(c) + [0] * (width_c - len(c)) for c in comps], device=self.device)
+        ids, mask = torch.cat([ids, comp], 1), torch.cat([mask, cmask], 1)  # ...so completions start together
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=width_c + 1).logits
+        logits = logits[:, :-1]  # position t predicts token t+1
+        rows = []
+        for row_logits, row_targets in zip(logits, comp, strict=True):  # selective log-softmax, row by row
+            row_logits = row_logits.float() / self.cfg.temperature
+            rows.append(row_logits.gather(-1, row_targets[:, None]).squeeze(-1) - torch.logsumexp(row_logits, -1))
+        return torch.stack(rows), cmask.float()
+
+    @torch.no_grad()
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """Per-token log-probs of each sample's completion under this node's policy (input order)."""
+        self._activate()
+        self.model.eval()
+        out = []
+        for s in samples:
+            ((p, c, _),) = self._sequences([s])
+            logp, _ = self._completion_logps([p], [c])
+            out.append(logp[0].tolist())
+        return out
+
+    def train_step(self, samples: list[Sample]) -> StepStats:
+        t0 = time.perf_counter()
+        self._activate()
+        self.model.train()
+        cfg = self.cfg
+        seqs = self._sequences(samples)
+        total_tokens = sum(len(c) for _, c, _ in seqs)
+        loss_sum, clipped = 0.0, 0.0
+        for i in range(0, len(seqs), cfg.micro_batch_size):
+            mb = seqs[i : i + cfg.micro_batch_size]
+            logp, mask = self._completion_logps([p for p, _, _ in mb], [c for _, c, _ in mb])
+            adv = torch.tensor([a for _, _, a in mb], device=self.device)[:, None]
+            # 4. advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this policy,
+            #    so old log-probs are the detached current ones: no second forward pass.
+            ratio = torch.exp(logp - logp.detach())
+            clipped_ratio = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+            per_token = -torch.min(ratio * adv, clipped_ratio * adv)
+            if cfg.beta > 0:  # k3 KL to the base model = this model with the adapter switched off
+                with torch.no_grad(), self.model.disable_adapter():
+                    ref, _ = self._completion_logps([p for p, _, _ in mb], [c for _, c, _ in mb])
+                per_token = per_token + cfg.beta * (torch.exp(ref - logp) - (ref - logp) - 1)
+            # 5. token-level normalisation over every completion token of the step (DAPO)
+            loss = (per_token * mask).sum() / max(total_tokens, 1)
+            loss.backward()
+            loss_sum += loss.item()
+            clipped += (((ratio < 1 - cfg.clip_low) & (adv < 0)) | ((ratio > 1 + cfg.clip_high) & (adv > 0))).float().mul(mask).sum().item()
+        grad_norm = 0.0
+        if seqs:
+            if cfg.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        return StepStats(loss_sum, len(seqs), total_tokens, clipped / max(total_tokens, 1), grad_norm, time.perf_counter() - t0)
+
+    # ---------------------------------------------------------------------- persistence
+    def save(self, directory: Path) -> None:
+        state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
+        save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()}, str(directory / ADAPTER_FILE))
+        lora = self.model.peft_config[self.adapter].to_dict()
+        lora["target_modules"] = sorted(lora["target_modules"]) if lora.get("target_modules") else None
+        (directory / ADAPTER_CONFIG).write_text(json.dumps(lora, indent=2, default=str) + "\n")
+        torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_FILE)
+
+    def load(self, directory: Path) -> None:
+        try:
+            state = load_file(str(directory / ADAPTER_FILE), device=self.device)
+            optim = torch.load(directory / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
+        except Exception as e:
+            raise ValueError(f"checkpoint {directory} cannot be read ({type(e).__name__}: {e}); delete it to start over.") from None
+        try:
+            result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
+            self.optimizer.load_state_dict(optim)
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ValueError(f"checkpoint {directory} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}") from None
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"checkpoint {directory} has adapter weights this model lacks: {result.unexpected_keys[:3]}")
+
+    # ---------------------------------------------------------------------------- report
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.params)
+
+    def memory_report(self) -> dict[str, float]:
+        report = {"peak_rss_mb": peak_rss_mb()}
+        if self.device.startswith("cuda"):
+            report["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        return report

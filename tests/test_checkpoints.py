@@ -1,0 +1,222 @@
+"""Checkpoints: a save is all-or-nothing, a kill or a flipped byte never hides the last good one."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sapo_edge.checkpoints import (
+    CheckpointError,
+    find_latest,
+    list_checkpoints,
+    save_checkpoint,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def writer(payload: bytes):
+    """A stand-in backend: writes an adapter file and a nested optimizer file."""
+
+    def write(d: Path) -> None:
+        (d / "adapter.safetensors").write_bytes(payload)
+        (d / "adapter_config.json").write_text('{"r": 8}')
+        (d / "opt").mkdir()
+        (d / "opt" / "optimizer.pt").write_bytes(payload[::-1])
+
+    return write
+
+
+def save(root: Path, rnd: int, keep: int = 3) -> Path:
+    state = {"round": rnd, "config": {"lr": 1e-5}, "sampler": [1, 2, 3]}
+    return save_checkpoint(root, rnd, writer(f"weights-{rnd}".encode() * 100), state, keep=keep)
+
+
+def tmp_dirs(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(".tmp-"))
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    path = save(tmp_path, 7)
+    assert path == tmp_path / "round-000007"
+    ckpt = find_latest(tmp_path, log=pytest.fail)
+    assert ckpt is not None
+    assert (ckpt.path, ckpt.round) == (path, 7)
+    assert ckpt.state == {"round": 7, "config": {"lr": 1e-5}, "sampler": [1, 2, 3]}
+    assert (path / "adapter.safetensors").read_bytes() == b"weights-7" * 100
+    assert (path / "opt" / "optimizer.pt").read_bytes() == (b"weights-7" * 100)[::-1]
+    manifest = json.loads((path / "MANIFEST.json").read_text())["files"]
+    assert set(manifest) == {
+        "adapter.safetensors",
+        "adapter_config.json",
+        "opt/optimizer.pt",
+        "state.json",
+    }
+    assert (path / "COMPLETE").is_file()
+    assert tmp_dirs(tmp_path) == []
+
+
+def test_empty_or_missing_root_has_no_checkpoint(tmp_path: Path) -> None:
+    assert find_latest(tmp_path / "nothing-here", log=pytest.fail) is None
+    assert find_latest(tmp_path, log=pytest.fail) is None
+    assert list_checkpoints(tmp_path) == []
+
+
+def test_failing_write_files_leaves_previous_latest(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+
+    def half_then_crash(d: Path) -> None:
+        (d / "adapter.safetensors").write_bytes(b"half")
+        raise RuntimeError("backend exploded")
+
+    with pytest.raises(RuntimeError, match="backend exploded"):
+        save_checkpoint(tmp_path, 2, half_then_crash, {"round": 2})
+    ckpt = find_latest(tmp_path, log=pytest.fail)
+    assert ckpt is not None and ckpt.round == 1
+    assert tmp_dirs(tmp_path) == []
+    assert not (tmp_path / "round-000002").exists()
+
+
+def test_process_killed_mid_save_leaves_previous_latest(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from sapo_edge.checkpoints import save_checkpoint
+
+        def write(d):
+            (d / "adapter.safetensors").write_bytes(b"partial")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        save_checkpoint(Path({str(tmp_path)!r}), 2, write, {{"round": 2}})
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert len(tmp_dirs(tmp_path)) == 1  # the killed save's debris
+    (tmp_path / "round-000003").mkdir()  # a round dir that never got its COMPLETE marker
+    (tmp_path / "round-000003" / "adapter.safetensors").write_bytes(b"x")
+
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert len(logs) == 1 and "round-000003" in logs[0] and "no COMPLETE marker" in logs[0]
+
+    save(tmp_path, 4)  # the next save clears crash debris
+    assert tmp_dirs(tmp_path) == []
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["round-000001", "round-000004"]
+    assert not (tmp_path / "round-000003").exists()
+
+
+def test_tmp_dir_of_a_live_process_is_not_pruned(tmp_path: Path) -> None:
+    live = tmp_path / f".tmp-round-000009-{os.getppid()}-abcd1234"  # our parent is alive
+    live.mkdir(parents=True)
+    save(tmp_path, 1)
+    assert live.is_dir()
+
+
+def test_flipped_byte_is_skipped_with_message(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    newest = save(tmp_path, 2)
+    adapter = newest / "adapter.safetensors"
+    data = bytearray(adapter.read_bytes())
+    data[10] ^= 0x01
+    adapter.write_bytes(bytes(data))
+
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert logs == [
+        f"skipping checkpoint {newest}: corrupt: file adapter.safetensors hash mismatch"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda p: (p / "opt" / "optimizer.pt").unlink(), "file opt/optimizer.pt missing"),
+        (lambda p: (p / "state.json").write_text("{not json"), "file state.json size"),
+        (lambda p: (p / "MANIFEST.json").write_text("garbage"), "unreadable MANIFEST.json"),
+        (lambda p: (p / "COMPLETE").unlink(), "no COMPLETE marker"),
+    ],
+)
+def test_damaged_checkpoints_fall_back(tmp_path: Path, damage, reason: str) -> None:
+    save(tmp_path, 1)
+    damage(save(tmp_path, 2))
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert len(logs) == 1 and "round-000002" in logs[0] and reason in logs[0]
+
+
+def test_nothing_loadable_returns_none(tmp_path: Path) -> None:
+    path = save(tmp_path, 1)
+    (path / "adapter.safetensors").write_bytes(b"tampered")
+    logs: list[str] = []
+    assert find_latest(tmp_path, log=logs.append) is None
+    assert len(logs) == 1
+
+
+def test_pruning_keeps_newest(tmp_path: Path) -> None:
+    for rnd in range(1, 6):
+        save(tmp_path, rnd, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["round-000004", "round-000005"]
+    # re-saving an old round never deletes the checkpoint just written
+    save(tmp_path, 2, keep=2)
+    assert (tmp_path / "round-000002" / "COMPLETE").is_file()
+    assert find_latest(tmp_path, log=pytest.fail).round == 5
+
+
+def test_resaving_a_round_replaces_it(tmp_path: Path) -> None:
+    save(tmp_path, 3)
+    (tmp_path / "round-000003" / "stale.bin").write_bytes(b"old")
+    save_checkpoint(tmp_path, 3, writer(b"new weights"), {"round": 3, "second": True})
+    ckpt = find_latest(tmp_path, log=pytest.fail)
+    assert ckpt is not None and ckpt.state == {"round": 3, "second": True}
+    assert (ckpt.path / "adapter.safetensors").read_bytes() == b"new weights"
+    assert not (ckpt.path / "stale.bin").exists()
+    assert tmp_dirs(tmp_path) == []
+
+
+@pytest.mark.parametrize("state", [{"obj": object()}, {"loss": float("nan")}, {"t": (1, {2})}])
+def test_non_json_state_raises_before_writing(tmp_path: Path, state: dict) -> None:
+    save(tmp_path, 1)
+    called = []
+    with pytest.raises(CheckpointError, match="not plain JSON"):
+        save_checkpoint(tmp_path, 2, lambda d: called.append(d), state)
+    assert called == []
+    assert [p.name for p in tmp_path.iterdir()] == ["round-000001"]
+
+
+def test_disk_full_is_a_clear_error_and_loses_nothing(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+
+    def full(d: Path) -> None:
+        (d / "adapter.safetensors").write_bytes(b"some")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointError, match="no space left on .* free space or lower keep"):
+        save_checkpoint(tmp_path, 2, full, {"round": 2})
+    assert find_latest(tmp_path, log=pytest.fail).round == 1
+    assert tmp_dirs(tmp_path) == []
+
+
+def test_backend_may_not_write_reserved_names(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="reserves"):
+        save_checkpoint(tmp_path, 1, lambda d: (d / "COMPLETE").write_text("x"), {})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("rnd", "keep"), [(-1, 3), (1, 0), (True, 3)])
+def test_bad_arguments(tmp_path: Path, rnd, keep) -> None:
+    with pytest.raises(CheckpointError):
+        save_checkpoint(tmp_path, rnd, writer(b"x"), {}, keep=keep)

@@ -1,0 +1,80 @@
+"""Torch backend on the tiny random Qwen2: batched generation, the GRPO step's direction, save/load."""
+
+from pathlib import Path
+
+import pytest
+
+from sapo_edge.backends.base import Sample
+from sapo_edge.backends.torch_backend import TorchBackend
+from sapo_edge.config import Config
+
+MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
+GOOD = Sample(MSGS, "<answer>5</answer>", 1.0)
+BAD = Sample(MSGS, "the answer is 7", -1.0)
+
+
+def _backend(tiny_qwen: Path, adapter: str, **kw) -> TorchBackend:
+    cfg = Config(model=str(tiny_qwen), max_new_tokens=16, lora_r=4, learning_rate=1e-3, **kw)
+    return TorchBackend(tiny_qwen, cfg, adapter=adapter, device="cpu", log=lambda m: None)
+
+
+def _total(b: TorchBackend, samples: list[Sample]) -> list[float]:
+    return [sum(t) for t in b.logprobs(samples)]
+
+
+def test_generate_returns_n_completions_per_prompt(tiny_qwen):
+    b = _backend(tiny_qwen, "gen")
+    out = b.generate([MSGS, [{"role": "user", "content": "Calculate 9 + 1."}]], 3,
+                     max_new_tokens=8, temperature=1.0, top_p=1.0, seed=7)
+    assert [len(g) for g in out] == [3, 3]
+    assert all(1 <= g.tokens <= 8 for grp in out for g in grp)
+    again = b.generate([MSGS, [{"role": "user", "content": "Calculate 9 + 1."}]], 3,
+                       max_new_tokens=8, temperature=1.0, top_p=1.0, seed=7)
+    assert [[g.text for g in grp] for grp in out] == [[g.text for g in grp] for grp in again]
+
+
+def test_grpo_step_raises_positive_and_lowers_negative(tiny_qwen):
+    b = _backend(tiny_qwen, "step")
+    before = _total(b, [GOOD, BAD])
+    stats = b.train_step([GOOD, BAD])
+    after = _total(b, [GOOD, BAD])
+    assert stats.sequences == 2 and stats.tokens > 0 and stats.grad_norm > 0
+    assert after[0] > before[0]
+    assert after[1] < before[1]
+
+
+def test_micro_batching_gives_the_same_update(tiny_qwen, tmp_path):
+    samples = [GOOD, BAD, Sample(MSGS, "5", 0.5), Sample(MSGS, "<answer>6</answer> no", -0.5)]
+    one = _backend(tiny_qwen, "mb_all", micro_batch_size=8)
+    split = _backend(tiny_qwen, "mb_one", micro_batch_size=1)
+    one.save(tmp_path)
+    split.load(tmp_path)  # same starting LoRA weights (each adapter starts from its own random A)
+    one.train_step(samples)
+    split.train_step(samples)
+    for a, b in zip(_total(one, samples), _total(split, samples), strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_adapters_of_two_nodes_are_independent_and_save_load_restores(tiny_qwen, tmp_path):
+    a = _backend(tiny_qwen, "node_a")
+    b = _backend(tiny_qwen, "node_b")
+    base = _total(b, [GOOD])
+    a.train_step([GOOD, BAD])
+    assert _total(b, [GOOD]) == pytest.approx(base)  # training a did not move b
+    assert _total(a, [GOOD]) != pytest.approx(base)
+    a.save(tmp_path)
+    b.load(tmp_path)
+    assert _total(b, [GOOD, BAD]) == pytest.approx(_total(a, [GOOD, BAD]), abs=1e-5)
+
+
+def test_load_rejects_a_checkpoint_of_another_lora_shape(tiny_qwen, tmp_path):
+    _backend(tiny_qwen, "r4").save(tmp_path)
+    cfg = Config(model=str(tiny_qwen), lora_r=8)
+    r8 = TorchBackend(tiny_qwen, cfg, adapter="r8", device="cpu", log=lambda m: None)
+    with pytest.raises(ValueError, match="does not fit"):
+        r8.load(tmp_path)
+
+
+def test_unknown_lora_targets_get_a_clear_error(tiny_qwen):
+    with pytest.raises(ValueError, match="lora_targets"):
+        _backend(tiny_qwen, "bad_targets", lora_targets=["no_such_proj"])
