@@ -15,17 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PAPER_DOMAINS = (
-    "base_conversion",
-    "basic_arithmetic",
-    "arc_1d",
-    "bf",
-    "propositional_logic",
-    "fraction_simplification",
-    "decimal_arithmetic",
-    "calendar_arithmetic",
-    "binary_matrix",
-)
+from .tasks import PAPER_DOMAINS
+
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BACKENDS = ("auto", "torch", "cuda", "mps", "cpu", "mlx")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -38,64 +29,113 @@ class ConfigError(ValueError):
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
     if isinstance(default, list | dict):
-        return field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata={"help": help, **kw})
+        return field(
+            default_factory=lambda d=default: json.loads(json.dumps(d)),
+            metadata={"help": help, **kw},
+        )
     return field(default=default, metadata={"help": help, **kw})
 
 
 @dataclass
 class Config:
     # --- model and backend -------------------------------------------------------------
-    model: str = _f("Qwen/Qwen2.5-0.5B-Instruct", "Hugging Face id, local directory, .gguf file, or alias (smollm2-135m).")
-    backend: str = _f("auto", "auto | torch | cuda | mps | cpu | mlx (auto: MLX on Apple Silicon, else CUDA, MPS, CPU).")
-    dtype: str = _f("auto", "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA, float32 elsewhere).")
+    model: str = _f(
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "Hugging Face id, local directory, .gguf file, or alias (smollm2-135m).",
+    )
+    backend: str = _f(
+        "auto",
+        "auto | torch | cuda | mps | cpu | mlx (auto: MLX on Apple Silicon, else CUDA, MPS, CPU).",
+    )
+    dtype: str = _f(
+        "auto", "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA, float32 elsewhere)."
+    )
 
     # --- tasks (reasoning-gym) ---------------------------------------------------------
-    domains: dict = _f({d: 1.0 for d in PAPER_DOMAINS}, "Domain -> sampling weight; the SAPO paper's 9 reasoning-gym domains by default.")
-    domain_configs: dict = _f({}, "Domain -> reasoning-gym config overrides (difficulty), e.g. {basic_arithmetic = {max_digits = 1}}.")
+    domains: dict = _f(
+        {d: 1.0 for d in PAPER_DOMAINS},
+        "Domain -> sampling weight; the SAPO paper's 9 reasoning-gym domains by default.",
+    )
+    domain_configs: dict = _f(
+        {},
+        "Domain -> reasoning-gym config overrides (difficulty), e.g. {basic_arithmetic = {max_digits = 1}}.",
+    )
     questions_per_round: int = _f(8, "Questions sampled per round, one per domain (paper: 8).")
     group_size: int = _f(8, "Completions generated per question, the GRPO group G (paper: 8).")
 
     # --- SAPO mix (paper Algorithm 1) --------------------------------------------------
     local_samples: int = _f(4, "I: own question groups trained on per round (paper best: 4 of 8).")
-    external_samples: int = _f(4, "J: groups from other nodes trained on per round (0 = isolated node).")
-    share: str = _f("all", "Which own groups to publish each round: all | informative (rewards differ) | none.")
+    external_samples: int = _f(
+        4, "J: groups from other nodes trained on per round (0 = isolated node)."
+    )
+    share: str = _f(
+        "all", "Which own groups to publish each round: all | informative (rewards differ) | none."
+    )
     share_max: int = _f(0, "Publish at most this many groups per round (0 = no cap).")
-    freshness_rounds: int = _f(5, "External groups received within this many local rounds are preferred.")
-    max_peer_share: float = _f(1.0, "At most this share of a round's external samples from one peer.")
+    freshness_rounds: int = _f(
+        5, "External groups received within this many local rounds are preferred."
+    )
+    max_peer_share: float = _f(
+        1.0, "At most this share of a round's external samples from one peer."
+    )
 
     # --- generation --------------------------------------------------------------------
     max_new_tokens: int = _f(256, "Longest completion, in tokens.")
     temperature: float = _f(1.0, "Sampling temperature for rollouts.")
     top_p: float = _f(1.0, "Nucleus sampling for rollouts (1.0 = off).")
-    max_prompt_tokens: int = _f(1024, "Questions whose prompt is longer are truncated from the left.")
+    max_prompt_tokens: int = _f(
+        1024, "Questions whose prompt is longer are truncated from the left."
+    )
 
     # --- reward ------------------------------------------------------------------------
-    lenient: bool = _f(False, "No <answer> tag: score the last number instead (for weak models; off = strict).")
-    lenient_credit: float = _f(0.5, "A lenient (untagged) correct answer earns this fraction of a tagged one.")
-    format_reward: float = _f(0.0, "Bonus for exactly one well-formed <answer> tag (0 = off; the paper found it unnecessary).")
-    partial_credit: bool = _f(False, "Pass reasoning-gym's fractional scores through (off: binary reward, as in the paper).")
+    lenient: bool = _f(
+        False, "No <answer> tag: score the last number instead (for weak models; off = strict)."
+    )
+    lenient_credit: float = _f(
+        0.5, "A lenient (untagged) correct answer earns this fraction of a tagged one."
+    )
+    format_reward: float = _f(
+        0.0,
+        "Bonus for exactly one well-formed <answer> tag (0 = off; the paper found it unnecessary).",
+    )
+    partial_credit: bool = _f(
+        False,
+        "Pass reasoning-gym's fractional scores through (off: binary reward, as in the paper).",
+    )
 
     # --- GRPO / DAPO update ------------------------------------------------------------
     learning_rate: float = _f(5e-5, "AdamW learning rate for the LoRA weights.")
     clip_low: float = _f(0.2, "PPO clip below 1 (DAPO, arXiv 2503.14476: 0.2).")
     clip_high: float = _f(0.28, "PPO clip above 1, the DAPO 'clip-higher' (0.28).")
-    beta: float = _f(0.0, "KL penalty to the base model (0 = no KL and no reference pass, as in the paper).")
-    scale_rewards: bool = _f(True, "Divide advantages by the group's std (off = Dr. GRPO, arXiv 2503.20783).")
+    beta: float = _f(
+        0.0, "KL penalty to the base model (0 = no KL and no reference pass, as in the paper)."
+    )
+    scale_rewards: bool = _f(
+        True, "Divide advantages by the group's std (off = Dr. GRPO, arXiv 2503.20783)."
+    )
     max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
-    micro_batch_size: int = _f(8, "Sequences per forward/backward pass: bounds memory, not the update.")
+    micro_batch_size: int = _f(
+        8, "Sequences per forward/backward pass: bounds memory, not the update."
+    )
 
     # --- LoRA (peft on torch, mlx-lm tuner on MLX) -------------------------------------
     lora_r: int = _f(16, "LoRA rank.")
     lora_alpha: float = _f(32.0, "LoRA alpha (scale = alpha / r).")
     lora_dropout: float = _f(0.0, "LoRA dropout.")
-    lora_targets: list = _f(LORA_TARGETS, "Module names that get LoRA adapters (attention and MLP projections).")
+    lora_targets: list = _f(
+        LORA_TARGETS, "Module names that get LoRA adapters (attention and MLP projections)."
+    )
 
     # --- run -----------------------------------------------------------------------------
     rounds: int = _f(100, "Rounds to train (each node, in sim).")
     seed: int = _f(0, "Base seed; each node's question stream derives from it and the node id.")
     name: str = _f("node", "Node name (sim: prefix, nodes are NAME-0, NAME-1, ...).")
-    out_dir: str = _f("runs", "Where metrics.jsonl, config.json and checkpoints go (one folder per node).")
-    checkpoint_every: int = _f(10, "Save a checkpoint every this many rounds (0 = only at the end).")
+    out_dir: str = _f(
+        "runs", "Where metrics.jsonl, config.json and checkpoints go (one folder per node)."
+    )
+    checkpoint_every: int = _f(
+        10, "Save a checkpoint every this many rounds (0 = only at the end)."
+    )
     keep_checkpoints: int = _f(3, "Complete checkpoints kept per node.")
     resume: bool = _f(False, "Continue from the newest complete checkpoint in out_dir.")
     nodes: int = _f(3, "sim only: number of nodes simulated on this machine.")
@@ -109,50 +149,124 @@ class Config:
             if not ok:
                 raise ConfigError(msg)
 
-        need(self.backend in BACKENDS, f"backend {self.backend!r} is unknown: use one of {', '.join(BACKENDS)}.")
-        need(self.dtype in DTYPES, f"dtype {self.dtype!r} is unknown: use one of {', '.join(DTYPES)}.")
-        need(self.share in SHARE_POLICIES, f"share {self.share!r} is unknown: use one of {', '.join(SHARE_POLICIES)}.")
-        need(isinstance(self.model, str) and self.model.strip() != "", "model is empty: pass --model NAME_OR_PATH.")
-        need(self.group_size >= 2, f"group_size is {self.group_size}: GRPO compares completions within a group, so use 2 or more.")
-        need(self.questions_per_round >= 1, f"questions_per_round is {self.questions_per_round}: use 1 or more.")
-        need(self.local_samples >= 0 and self.external_samples >= 0, "local_samples (I) and external_samples (J) must be 0 or more.")
-        need(self.local_samples + self.external_samples > 0, "local_samples + external_samples is 0: the node would never train; the paper's default is I=4, J=4.")
-        need(self.local_samples <= self.questions_per_round, f"local_samples (I={self.local_samples}) exceeds questions_per_round ({self.questions_per_round}): a node has only that many own groups per round.")
+        need(
+            self.backend in BACKENDS,
+            f"backend {self.backend!r} is unknown: use one of {', '.join(BACKENDS)}.",
+        )
+        need(
+            self.dtype in DTYPES,
+            f"dtype {self.dtype!r} is unknown: use one of {', '.join(DTYPES)}.",
+        )
+        need(
+            self.share in SHARE_POLICIES,
+            f"share {self.share!r} is unknown: use one of {', '.join(SHARE_POLICIES)}.",
+        )
+        need(
+            isinstance(self.model, str) and self.model.strip() != "",
+            "model is empty: pass --model NAME_OR_PATH.",
+        )
+        need(
+            self.group_size >= 2,
+            f"group_size is {self.group_size}: GRPO compares completions within a group, so use 2 or more.",
+        )
+        need(
+            self.questions_per_round >= 1,
+            f"questions_per_round is {self.questions_per_round}: use 1 or more.",
+        )
+        need(
+            self.local_samples >= 0 and self.external_samples >= 0,
+            "local_samples (I) and external_samples (J) must be 0 or more.",
+        )
+        need(
+            self.local_samples + self.external_samples > 0,
+            "local_samples + external_samples is 0: the node would never train; the paper's default is I=4, J=4.",
+        )
+        need(
+            self.local_samples <= self.questions_per_round,
+            f"local_samples (I={self.local_samples}) exceeds questions_per_round ({self.questions_per_round}): a node has only that many own groups per round, so lower local_samples or raise questions_per_round.",
+        )
         need(self.share_max >= 0, "share_max must be 0 (no cap) or more.")
         need(self.freshness_rounds >= 0, "freshness_rounds must be 0 or more.")
-        need(0.0 < self.max_peer_share <= 1.0, f"max_peer_share is {self.max_peer_share}: use a share in (0, 1].")
+        need(
+            0.0 < self.max_peer_share <= 1.0,
+            f"max_peer_share is {self.max_peer_share}: use a share in (0, 1].",
+        )
         need(self.max_new_tokens >= 1, f"max_new_tokens is {self.max_new_tokens}: use 1 or more.")
-        need(self.max_prompt_tokens >= 16, f"max_prompt_tokens is {self.max_prompt_tokens}: use 16 or more.")
-        need(_finite(self.temperature) and self.temperature > 0, f"temperature is {self.temperature}: use a positive number (1.0 as in the paper).")
-        need(_finite(self.top_p) and 0 < self.top_p <= 1, f"top_p is {self.top_p}: use a value in (0, 1].")
-        need(_finite(self.lenient_credit) and 0 <= self.lenient_credit <= 1, "lenient_credit must be in [0, 1].")
-        need(_finite(self.format_reward) and 0 <= self.format_reward <= 1, "format_reward must be in [0, 1].")
-        need(_finite(self.learning_rate) and self.learning_rate > 0, f"learning_rate is {self.learning_rate}: use a positive number such as 5e-5.")
+        need(
+            self.max_prompt_tokens >= 16,
+            f"max_prompt_tokens is {self.max_prompt_tokens}: use 16 or more.",
+        )
+        need(
+            _finite(self.temperature) and self.temperature > 0,
+            f"temperature is {self.temperature}: use a positive number (1.0 as in the paper).",
+        )
+        need(
+            _finite(self.top_p) and 0 < self.top_p <= 1,
+            f"top_p is {self.top_p}: use a value in (0, 1].",
+        )
+        need(
+            _finite(self.lenient_credit) and 0 <= self.lenient_credit <= 1,
+            "lenient_credit must be in [0, 1].",
+        )
+        need(
+            _finite(self.format_reward) and 0 <= self.format_reward <= 1,
+            "format_reward must be in [0, 1].",
+        )
+        need(
+            _finite(self.learning_rate) and self.learning_rate > 0,
+            f"learning_rate is {self.learning_rate}: use a positive number such as 5e-5.",
+        )
         need(_finite(self.clip_low) and 0 <= self.clip_low < 1, "clip_low must be in [0, 1).")
         need(_finite(self.clip_high) and self.clip_high >= 0, "clip_high must be 0 or more.")
         need(_finite(self.beta) and self.beta >= 0, "beta must be 0 or more.")
-        need(_finite(self.max_grad_norm) and self.max_grad_norm >= 0, "max_grad_norm must be 0 (off) or more.")
+        need(
+            _finite(self.max_grad_norm) and self.max_grad_norm >= 0,
+            "max_grad_norm must be 0 (off) or more.",
+        )
         need(self.micro_batch_size >= 1, "micro_batch_size must be 1 or more.")
         need(self.lora_r >= 1, f"lora_r is {self.lora_r}: use 1 or more (16 is typical).")
         need(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha must be positive.")
-        need(_finite(self.lora_dropout) and 0 <= self.lora_dropout < 1, "lora_dropout must be in [0, 1).")
-        need(isinstance(self.lora_targets, list) and len(self.lora_targets) > 0 and all(isinstance(t, str) for t in self.lora_targets),
-             "lora_targets must be a non-empty list of module names, e.g. ['q_proj', 'v_proj'].")
+        need(
+            _finite(self.lora_dropout) and 0 <= self.lora_dropout < 1,
+            "lora_dropout must be in [0, 1).",
+        )
+        need(
+            isinstance(self.lora_targets, list)
+            and len(self.lora_targets) > 0
+            and all(isinstance(t, str) for t in self.lora_targets),
+            "lora_targets must be a non-empty list of module names, e.g. ['q_proj', 'v_proj'].",
+        )
         need(self.rounds >= 0, "rounds must be 0 or more.")
         need(self.checkpoint_every >= 0, "checkpoint_every must be 0 or more.")
         need(self.keep_checkpoints >= 1, "keep_checkpoints must be 1 or more.")
         need(self.nodes >= 1, f"nodes is {self.nodes}: use 1 or more.")
-        need(self.name.replace("-", "").replace("_", "").isalnum() and len(self.name) <= 40,
-             f"name {self.name!r}: use letters, digits, '-' and '_' (at most 40).")
-        need(isinstance(self.domains, dict) and len(self.domains) > 0, "domains must map domain names to weights.")
+        need(
+            self.name.replace("-", "").replace("_", "").isalnum() and len(self.name) <= 40,
+            f"name {self.name!r}: use letters, digits, '-' and '_' (at most 40).",
+        )
+        need(
+            isinstance(self.domains, dict) and len(self.domains) > 0,
+            "domains must map domain names to weights.",
+        )
         for d, w in self.domains.items():
-            need(isinstance(w, int | float) and not isinstance(w, bool) and _finite(w) and w >= 0,
-                 f"domains.{d}: weight {w!r} must be a number 0 or more.")
-        need(any(w > 0 for w in self.domains.values()), "every domain weight is 0: give at least one domain a positive weight.")
-        need(isinstance(self.domain_configs, dict) and all(isinstance(v, dict) for v in self.domain_configs.values()),
-             "domain_configs must map a domain name to a table of reasoning-gym settings.")
+            need(
+                isinstance(w, int | float) and not isinstance(w, bool) and _finite(w) and w >= 0,
+                f"domains.{d}: weight {w!r} must be a number 0 or more.",
+            )
+        need(
+            any(w > 0 for w in self.domains.values()),
+            "every domain weight is 0: give at least one domain a positive weight.",
+        )
+        need(
+            isinstance(self.domain_configs, dict)
+            and all(isinstance(v, dict) for v in self.domain_configs.values()),
+            "domain_configs must map a domain name to a table of reasoning-gym settings.",
+        )
         for d in self.domain_configs:
-            need(d in self.domains, f"domain_configs has {d!r}, which is not among domains ({', '.join(self.domains)}): add it to domains or remove its config.")
+            need(
+                d in self.domains,
+                f"domain_configs has {d!r}, which is not among domains ({', '.join(self.domains)}): add it to domains or remove its config.",
+            )
 
     # --------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -165,7 +279,11 @@ class Config:
         for key, value in data.items():
             if key not in known:
                 close = difflib.get_close_matches(key, known, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = (
+                    f" Did you mean {close[0]!r}?"
+                    if close
+                    else " Remove it; `sapo-edge run --help` lists every setting."
+                )
                 raise ConfigError(f"{source}: unknown setting {key!r}.{hint}")
             values[key] = _coerce(key, value, known[key].type, source)
         return cls(**values)
@@ -179,11 +297,19 @@ class Config:
             try:
                 text = p.read_text(encoding="utf-8")
             except OSError as e:
-                raise ConfigError(f"cannot read config file {p}: {e.strerror or e}.") from None
+                raise ConfigError(
+                    f"cannot read config file {p}: {e.strerror or e}; check the --config path."
+                ) from None
+            except UnicodeDecodeError:
+                raise ConfigError(
+                    f"config file {p} is not UTF-8 text: pass a TOML (or .json) settings file."
+                ) from None
             try:
                 data = tomllib.loads(text) if p.suffix != ".json" else json.loads(text)
-            except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ConfigError(f"config file {p} is not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {e}.") from None
+            except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+                raise ConfigError(
+                    f"config file {p} is not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {e}."
+                ) from None
             if not isinstance(data, dict):
                 raise ConfigError(f"config file {p} must hold a table of settings.")
         data.update(overrides or {})
@@ -191,7 +317,9 @@ class Config:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path.write_text(
+            json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
 
     def help(self, name: str) -> str:
         return next(f.metadata.get("help", "") for f in dataclasses.fields(self) if f.name == name)
@@ -209,5 +337,7 @@ def _coerce(key: str, value: Any, type_name: Any, source: str) -> Any:
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if want is int and isinstance(value, bool) or not isinstance(value, want):
-        raise ConfigError(f"{source}: {key} should be {want.__name__}, got {type(value).__name__} {value!r}.")
+        raise ConfigError(
+            f"{source}: {key} should be {want.__name__}, got {type(value).__name__} {value!r}."
+        )
     return value

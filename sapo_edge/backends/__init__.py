@@ -21,26 +21,36 @@ def select_backend(choice: str = "auto", log: Callable[[str], None] = print) -> 
     if choice == "mlx" or (choice == "auto" and apple and has_mlx):
         if not has_mlx:
             raise ValueError("--backend mlx needs MLX: pip install 'sapo-edge[mlx]'.")
-        raise ValueError("the MLX backend is not available in this version yet: use --backend torch (cpu/mps/cuda).")
+        raise ValueError(
+            "the MLX backend is not available in this version yet: use --backend torch (cpu/mps/cuda)."
+        )
     import torch
 
     if choice in ("auto", "torch", "cuda") and torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
-        log(f"backend: torch on cuda:0 ({name}){' - chosen because CUDA is available' if choice == 'auto' else ''}")
+        log(
+            f"backend: torch on cuda:0 ({name}){' - chosen because CUDA is available' if choice == 'auto' else ''}"
+        )
         return "torch", "cuda:0"
     if choice == "cuda":
-        raise ValueError("--backend cuda: no CUDA GPU is visible to torch (check drivers / CUDA_VISIBLE_DEVICES) or use --backend cpu.")
+        raise ValueError(
+            "--backend cuda: no CUDA GPU is visible to torch (check drivers / CUDA_VISIBLE_DEVICES) or use --backend cpu."
+        )
     if choice in ("auto", "torch", "mps") and torch.backends.mps.is_available():
         log("backend: torch on mps (Apple GPU; install sapo-edge[mlx] for the faster MLX backend)")
         return "torch", "mps"
     if choice == "mps":
-        raise ValueError("--backend mps: the Apple GPU is not available to torch on this machine; use --backend cpu.")
+        raise ValueError(
+            "--backend mps: the Apple GPU is not available to torch on this machine; use --backend cpu."
+        )
     why = " - no CUDA or Apple GPU found" if choice == "auto" else ""
     log(f"backend: torch on cpu ({torch.get_num_threads()} threads){why}")
     return "torch", "cpu"
 
 
-def load_backend(model_dir: Path, cfg: Config, adapter: str, device: str, log: Callable[[str], None] = print) -> Backend:
+def load_backend(
+    model_dir: Path, cfg: Config, adapter: str, device: str, log: Callable[[str], None] = print
+) -> Backend:
     """A policy for one node. Nodes in one process that name the same model_dir share its base weights."""
     from .torch_backend import TorchBackend
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import resource
 import sys
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -45,8 +44,16 @@ class Backend(Protocol):
     device: str  # "cpu", "cuda:0", "mps", "gpu"...
     dtype: str
 
-    def generate(self, prompts: list[list[dict[str, str]]], n: int, *, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[list[Generation]]:
+    def generate(
+        self,
+        prompts: list[list[dict[str, str]]],
+        n: int,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int,
+    ) -> list[list[Generation]]:
         """n sampled completions for every chat prompt, all in one batched call with the KV cache."""
 
     def train_step(self, samples: list[Sample]) -> StepStats:

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from peft import (
+    LoraConfig,
+    PeftModel,
+    get_peft_model,
+    get_peft_model_state_dict,
+    set_peft_model_state_dict,
+)
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers.utils import logging as hf_logging
 
 from ..config import Config
 from .base import Generation, Sample, StepStats, peak_rss_mb
@@ -32,6 +40,9 @@ class _SharedBase:
     adapters: set[str] = field(default_factory=set)
 
 
+hf_logging.disable_progress_bar()  # one line per round, not weight-loading bars
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+
 _SHARED: dict[tuple[str, str, str], _SharedBase] = {}
 
 
@@ -45,19 +56,34 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, model_dir: Path, cfg: Config, *, adapter: str, device: str, log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        model_dir: Path,
+        cfg: Config,
+        *,
+        adapter: str,
+        device: str,
+        log: Callable[[str], None] = print,
+    ):
         self.cfg, self.device, self.adapter = cfg, device, adapter
         torch_dtype = resolve_dtype(cfg.dtype, device)
         self.dtype = str(torch_dtype).removeprefix("torch.")
-        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+        lora = LoraConfig(
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=list(cfg.lora_targets),
+            task_type="CAUSAL_LM",
+        )
         key = (str(Path(model_dir).resolve()), device, self.dtype)
         shared = _SHARED.get(key)
         try:
             if shared is None:
                 tok = AutoTokenizer.from_pretrained(model_dir)
                 if not tok.chat_template:
-                    raise ValueError(f"model in {model_dir} has no chat template: use an instruct/chat model.")
+                    raise ValueError(
+                        f"model in {model_dir} has no chat template: use an instruct/chat model."
+                    )
                 tok.padding_side = "left"
                 if tok.pad_token_id is None:
                     tok.pad_token = tok.eos_token
@@ -66,16 +92,22 @@ class TorchBackend:
                 _SHARED[key] = shared
                 log(f"loaded {model_dir} on {device} as {self.dtype}")
             elif adapter in shared.adapters:
-                raise ValueError(f"two nodes named {adapter!r} in one process: give each node its own name.")
+                raise ValueError(
+                    f"two nodes named {adapter!r} in one process: give each node its own name."
+                )
             else:
                 shared.model.add_adapter(adapter, lora)
         except ValueError as e:
             if "Target modules" in str(e):
-                raise ValueError(f"lora_targets {cfg.lora_targets} match no module of this model: {e}") from None
+                raise ValueError(
+                    f"lora_targets {cfg.lora_targets} match no module of this model: {e}"
+                ) from None
             raise
         shared.adapters.add(adapter)
         self.model, self.tok = shared.model, shared.tokenizer
-        self.params = [p for n, p in self.model.named_parameters() if "lora_" in n and f".{adapter}." in n]
+        self.params = [
+            p for n, p in self.model.named_parameters() if "lora_" in n and f".{adapter}." in n
+        ]
         for p in self.params:
             p.requires_grad_(True)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=0.0)
@@ -98,13 +130,15 @@ class TorchBackend:
         ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
             ids = ids["input_ids"]
-        return list(ids)[-self.cfg.max_prompt_tokens:]
+        return list(ids)[-self.cfg.max_prompt_tokens :]
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
         pad = self.tok.pad_token_id
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        mask = torch.tensor(
+            [[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device
+        )
         return ids, mask
 
     # -------------------------------------------------------------------------- generate
@@ -114,18 +148,28 @@ class TorchBackend:
         self.model.eval()
         prompt_ids = [self._prompt_ids(m) for m in prompts]
         ids, mask = self._left_pad([p for p in prompt_ids for _ in range(n)])
-        gen_cfg = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                                   max_new_tokens=max_new_tokens, pad_token_id=self.tok.pad_token_id,
-                                   eos_token_id=self.eos_ids)
+        gen_cfg = GenerationConfig(
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=self.tok.pad_token_id,
+            eos_token_id=self.eos_ids,
+        )
         torch.manual_seed(seed)
         out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
-        new = out[:, ids.shape[1]:].tolist()
+        new = out[:, ids.shape[1] :].tolist()
         results: list[list[Generation]] = []
         eos = set(self.eos_ids)
         for i, row in enumerate(new):
             end = next((j for j, t in enumerate(row) if t in eos), None)
             toks = row if end is None else row[:end]
-            g = Generation(self.tok.decode(toks, skip_special_tokens=True), len(toks) + (end is not None), end is not None)
+            g = Generation(
+                self.tok.decode(toks, skip_special_tokens=True),
+                len(toks) + (end is not None),
+                end is not None,
+            )
             if i % n == 0:
                 results.append([])
             results[-1].append(g)
@@ -140,23 +184,39 @@ class TorchBackend:
             c = (c[: limit - 1] + [self.eos_ids[0]]) if s.finished else c[:limit]
             if c:
                 seqs.append((self._prompt_ids(s.messages), c, float(s.advantage)))
-        return sorted(seqs, key=lambda x: len(x[0]) + len(x[1]))  # similar lengths share a micro-batch
+        return sorted(
+            seqs, key=lambda x: len(x[0]) + len(x[1])
+        )  # similar lengths share a micro-batch
 
-    def _completion_logps(self, prompts: list[list[int]], comps: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _completion_logps(
+        self, prompts: list[list[int]], comps: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of the completion tokens only (logits_to_keep, one row at a time)."""
         width_c = max(len(c) for c in comps)
         pad = self.tok.pad_token_id
         ids, mask = self._left_pad(prompts)  # every prompt ends at the same column...
         comp = torch.tensor([c + [pad] * (width_c - len(c)) for c in comps], device=self.device)
-        cmask = torch.tensor([[1] * len(c) + [0] * (width_c - len(c)) for c in comps], device=self.device)
-        ids, mask = torch.cat([ids, comp], 1), torch.cat([mask, cmask], 1)  # ...so completions start together
+        cmask = torch.tensor(
+            [[1] * len(c) + [0] * (width_c - len(c)) for c in comps], device=self.device
+        )
+        ids, mask = (
+            torch.cat([ids, comp], 1),
+            torch.cat([mask, cmask], 1),
+        )  # ...so completions start together
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=width_c + 1).logits
+        logits = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=width_c + 1
+        ).logits
         logits = logits[:, :-1]  # position t predicts token t+1
         rows = []
-        for row_logits, row_targets in zip(logits, comp, strict=True):  # selective log-softmax, row by row
+        for row_logits, row_targets in zip(
+            logits, comp, strict=True
+        ):  # selective log-softmax, row by row
             row_logits = row_logits.float() / self.cfg.temperature
-            rows.append(row_logits.gather(-1, row_targets[:, None]).squeeze(-1) - torch.logsumexp(row_logits, -1))
+            rows.append(
+                row_logits.gather(-1, row_targets[:, None]).squeeze(-1)
+                - torch.logsumexp(row_logits, -1)
+            )
         return torch.stack(rows), cmask.float()
 
     @torch.no_grad()
@@ -196,7 +256,16 @@ class TorchBackend:
             loss = (per_token * mask).sum() / max(total_tokens, 1)
             loss.backward()
             loss_sum += loss.item()
-            clipped += (((ratio < 1 - cfg.clip_low) & (adv < 0)) | ((ratio > 1 + cfg.clip_high) & (adv > 0))).float().mul(mask).sum().item()
+            clipped += (
+                (
+                    ((ratio < 1 - cfg.clip_low) & (adv < 0))
+                    | ((ratio > 1 + cfg.clip_high) & (adv > 0))
+                )
+                .float()
+                .mul(mask)
+                .sum()
+                .item()
+            )
         grad_norm = 0.0
         if seqs:
             if cfg.max_grad_norm > 0:
@@ -204,30 +273,50 @@ class TorchBackend:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
-        return StepStats(loss_sum, len(seqs), total_tokens, clipped / max(total_tokens, 1), grad_norm, time.perf_counter() - t0)
+        return StepStats(
+            loss_sum,
+            len(seqs),
+            total_tokens,
+            clipped / max(total_tokens, 1),
+            grad_norm,
+            time.perf_counter() - t0,
+        )
 
     # ---------------------------------------------------------------------- persistence
     def save(self, directory: Path) -> None:
         state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
-        save_file({k: v.detach().to("cpu").contiguous() for k, v in state.items()}, str(directory / ADAPTER_FILE))
+        save_file(
+            {k: v.detach().to("cpu").contiguous() for k, v in state.items()},
+            str(directory / ADAPTER_FILE),
+        )
         lora = self.model.peft_config[self.adapter].to_dict()
-        lora["target_modules"] = sorted(lora["target_modules"]) if lora.get("target_modules") else None
+        lora["target_modules"] = (
+            sorted(lora["target_modules"]) if lora.get("target_modules") else None
+        )
         (directory / ADAPTER_CONFIG).write_text(json.dumps(lora, indent=2, default=str) + "\n")
         torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_FILE)
 
     def load(self, directory: Path) -> None:
         try:
             state = load_file(str(directory / ADAPTER_FILE), device=self.device)
-            optim = torch.load(directory / OPTIMIZER_FILE, map_location=self.device, weights_only=True)
+            optim = torch.load(
+                directory / OPTIMIZER_FILE, map_location=self.device, weights_only=True
+            )
         except Exception as e:
-            raise ValueError(f"checkpoint {directory} cannot be read ({type(e).__name__}: {e}); delete it to start over.") from None
+            raise ValueError(
+                f"checkpoint {directory} cannot be read ({type(e).__name__}: {e}); delete it to start over."
+            ) from None
         try:
             result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
             self.optimizer.load_state_dict(optim)
         except (RuntimeError, ValueError, KeyError) as e:
-            raise ValueError(f"checkpoint {directory} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}") from None
+            raise ValueError(
+                f"checkpoint {directory} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}"
+            ) from None
         if getattr(result, "unexpected_keys", None):
-            raise ValueError(f"checkpoint {directory} has adapter weights this model lacks: {result.unexpected_keys[:3]}")
+            raise ValueError(
+                f"checkpoint {directory} has adapter weights this model lacks: {result.unexpected_keys[:3]}"
+            )
 
     # ---------------------------------------------------------------------------- report
     def trainable_parameters(self) -> int:

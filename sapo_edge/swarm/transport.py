@@ -46,7 +46,9 @@ class InProcessHub:
     def connect(self, node: str) -> InProcessTransport:
         with self._lock:
             if node in self._inboxes:
-                raise ValueError(f"node {node!r} is already connected to this hub: node names must be unique.")
+                raise ValueError(
+                    f"node {node!r} is already connected to this hub: node names must be unique."
+                )
             self._inboxes[node] = deque()
         return InProcessTransport(self, node)
 

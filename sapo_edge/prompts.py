@@ -1,0 +1,53 @@
+"""Chat prompt and answer extraction: pure string functions, linear-time on any input."""
+
+from __future__ import annotations
+
+import re
+
+OPEN, CLOSE = "<answer>", "</answer>"
+
+SYSTEM_PROMPT = (
+    "You are a careful problem solver. Think through the problem briefly, then give your final "
+    "answer alone inside <answer></answer> tags at the very end, for example <answer>42</answer>. "
+    "Put nothing but the answer inside the tags."
+)
+
+# A number: optional minus (not when it follows a word or ")" as in "x-1" or "(3)-2"), digits with
+# optional thousands separators ("1,000" is one number, "1,2" two), optional decimal part.
+_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
+
+
+def build_messages(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """System + user chat messages for one question."""
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+
+
+def extract_tagged(text: str) -> str | None:
+    """Content of the last complete <answer>...</answer> pair, stripped; None if there is none.
+
+    Tags are matched exactly (lower case, no spaces inside the brackets); an opening tag left
+    unclosed at the end does not count, so the last closed pair before it wins.
+    """
+    close = text.rfind(CLOSE)
+    if close < 0:
+        return None
+    start = text.rfind(OPEN, 0, close)
+    if start < 0:
+        return None
+    return text[start + len(OPEN) : close].strip()
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number in the text, thousands separators removed ("1,000" -> "1000"); None if none."""
+    last = None
+    for last in _NUMBER.finditer(text):  # noqa: B007 - we want the final match
+        pass
+    return None if last is None else last.group().replace(",", "")
+
+
+def has_one_wellformed_tag(text: str) -> bool:
+    """Exactly one <answer> and one </answer>, in that order, with non-blank content between."""
+    if text.count(OPEN) != 1 or text.count(CLOSE) != 1:
+        return False
+    start, close = text.find(OPEN), text.find(CLOSE)
+    return start < close and text[start + len(OPEN) : close].strip() != ""

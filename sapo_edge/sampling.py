@@ -1,0 +1,232 @@
+"""The SAPO I/J mix: which own groups to publish (SelectSubset), I own groups (SampleSelf) and
+J external groups re-scored by this node's verifier (SampleExternal, via ExternalPool).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sapo_edge.advantages import group_advantages, is_informative
+from sapo_edge.rollout import RolloutGroup
+from sapo_edge.tasks import TaskRef
+
+SUBSET_POLICIES = ("all", "informative", "none")
+
+
+@dataclass
+class ScoredGroup:
+    """A group ready for training; rewards come from THIS node's verifier."""
+
+    group_id: str
+    task_ref: TaskRef
+    question: str
+    completions: list[str]
+    rewards: list[float]
+    origin: str  # "self" or the producer's node id
+    advantages: list[float]
+
+
+def scored(
+    group_id: str,
+    task_ref: TaskRef,
+    question: str,
+    completions: list[str],
+    rewards: list[float],
+    origin: str,
+    scale: bool = True,
+) -> ScoredGroup:
+    """Build a ScoredGroup and fill its group-relative advantages (scale=False: Dr. GRPO)."""
+    if len(completions) != len(rewards):
+        raise ValueError(
+            f"got {len(completions)} completions but {len(rewards)} rewards; score every completion once."
+        )
+    rs = [float(r) for r in rewards]
+    return ScoredGroup(
+        group_id,
+        task_ref,
+        question,
+        list(completions),
+        rs,
+        origin,
+        group_advantages(rs, scale=scale),
+    )
+
+
+def select_subset(
+    groups: list[RolloutGroup], policy: str, max_count: int, rng: random.Random
+) -> list[RolloutGroup]:
+    """SelectSubset: this round's own groups to publish. policy "all" | "informative" | "none";
+    max_count 0 means no cap, otherwise a uniform random subset of at most that size (order kept).
+    """
+    if policy not in SUBSET_POLICIES:
+        raise ValueError(
+            f"unknown share policy {policy!r}; use one of {', '.join(SUBSET_POLICIES)}."
+        )
+    if max_count < 0:
+        raise ValueError(f"max_count is {max_count}; use 0 for no cap or a positive number.")
+    if policy == "none":
+        return []
+    chosen = [g for g in groups if policy == "all" or is_informative(g.rewards)]
+    if max_count and len(chosen) > max_count:
+        keep = sorted(rng.sample(range(len(chosen)), max_count))
+        chosen = [chosen[i] for i in keep]
+    return chosen
+
+
+def sample_self(groups: list[ScoredGroup], count: int, rng: random.Random) -> list[ScoredGroup]:
+    """SampleSelf: drop zero-advantage groups, then draw up to `count` uniformly without replacement."""
+    if count < 0:
+        raise ValueError(f"count is {count}; ask for zero or more groups.")
+    eligible = [g for g in groups if is_informative(g.rewards)]
+    return rng.sample(eligible, min(count, len(eligible)))
+
+
+@dataclass
+class _Entry:
+    group: RolloutGroup
+    received_round: int  # this node's round when the group arrived
+
+
+class ExternalPool:
+    """Groups received from peers, waiting to be sampled. Thread-safe: the network thread adds,
+    the training thread samples. Every group is used at most once and accepted at most once.
+    """
+
+    COUNTERS = (
+        "added",
+        "own",
+        "duplicate",
+        "evicted",
+        "stale",
+        "rescore_failed",
+        "zero_advantage",
+        "used",
+    )
+
+    def __init__(
+        self,
+        self_id: str,
+        capacity: int = 2048,
+        freshness_rounds: int = 5,
+        max_peer_share: float = 1.0,
+        max_age_rounds: int | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"pool capacity is {capacity}; it must hold at least one group.")
+        if freshness_rounds < 0:
+            raise ValueError(f"freshness_rounds is {freshness_rounds}; use 0 or more rounds.")
+        if not 0.0 < max_peer_share <= 1.0:
+            raise ValueError(f"max_peer_share is {max_peer_share}; use a fraction in (0, 1].")
+        self.self_id = self_id
+        self.capacity = capacity
+        self.freshness_rounds = freshness_rounds
+        self.max_age_rounds = 4 * freshness_rounds if max_age_rounds is None else max_age_rounds
+        self.max_peer_share = max_peer_share
+        self._lock = threading.Lock()
+        self._pool: OrderedDict[str, _Entry] = OrderedDict()  # arrival order: oldest first
+        self._seen: dict[str, None] = {}  # ordered set of accepted ids, bounded
+        self._seen_capacity = 8 * capacity
+        self._counts: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
+
+    def add(self, group: RolloutGroup, local_round: int) -> bool:
+        """Keep a peer's group; False (and counted) for own groups and ids seen before."""
+        gid = group.group_id
+        with self._lock:
+            if group.producer == self.self_id:
+                self._counts["own"] += 1
+                return False
+            if gid in self._seen:
+                self._counts["duplicate"] += 1
+                return False
+            self._seen[gid] = None
+            if len(self._seen) > self._seen_capacity:
+                del self._seen[next(iter(self._seen))]
+            self._pool[gid] = _Entry(group, local_round)
+            self._counts["added"] += 1
+            while len(self._pool) > self.capacity:
+                self._pool.popitem(last=False)
+                self._counts["evicted"] += 1
+            return True
+
+    def reject(self, reason: str) -> None:
+        """Count a rejection made elsewhere, e.g. a decode error's reason code."""
+        with self._lock:
+            self._counts[reason] = self._counts.get(reason, 0) + 1
+
+    def sample(
+        self,
+        count: int,
+        local_round: int,
+        rescore: Callable[[RolloutGroup], ScoredGroup | None],
+        rng: random.Random,
+    ) -> list[ScoredGroup]:
+        """SampleExternal: up to `count` unused groups, fresh ones first, uniform within each tier.
+
+        `rescore` regenerates the task and scores the completions with this node's verifier;
+        it returns None (or raises ValueError, e.g. TaskError) to reject a group. Groups whose
+        re-scored rewards are all alike are dropped. At most max(1, floor(max_peer_share*count))
+        groups come from any one producer; the rest stay in the pool for later rounds.
+        """
+        if count <= 0:
+            return []
+        with self._lock:
+            for gid in [
+                g
+                for g, e in self._pool.items()
+                if local_round - e.received_round > self.max_age_rounds
+            ]:
+                del self._pool[gid]
+                self._counts["stale"] += 1
+            fresh = [
+                g
+                for g, e in self._pool.items()
+                if local_round - e.received_round <= self.freshness_rounds
+            ]
+            older = [
+                g
+                for g, e in self._pool.items()
+                if local_round - e.received_round > self.freshness_rounds
+            ]
+        rng.shuffle(fresh)
+        rng.shuffle(older)
+
+        per_peer_cap = max(1, int(self.max_peer_share * count))
+        per_peer: dict[str, int] = {}
+        out: list[ScoredGroup] = []
+        for gid in fresh + older:
+            if len(out) >= count:
+                break
+            with self._lock:  # claim the group; it leaves the pool whatever its score
+                entry = self._pool.get(gid)
+                if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
+                    continue
+                del self._pool[gid]
+            try:
+                sg = rescore(entry.group)  # outside the lock: regenerating a task may be slow
+            except ValueError:
+                sg = None
+            reason = (
+                "rescore_failed"
+                if sg is None
+                else "zero_advantage"
+                if not is_informative(sg.rewards)
+                else "used"
+            )
+            with self._lock:
+                self._counts[reason] += 1
+            if sg is not None and reason == "used":
+                out.append(sg)
+                per_peer[entry.group.producer] = per_peer.get(entry.group.producer, 0) + 1
+        return out
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {**self._counts, "size": len(self._pool)}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pool)

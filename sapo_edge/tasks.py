@@ -1,0 +1,402 @@
+"""reasoning-gym tasks: a TaskRef addresses one question exactly, so any node can regenerate it."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import difflib
+import functools
+import hashlib
+import importlib
+import io
+import json
+import math
+import random
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reasoning_gym.dataset import ProceduralDataset
+
+
+class TaskError(ValueError):
+    """A task that cannot be built: unknown domain, a config reasoning-gym rejects, a bad ref."""
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        raise TaskError("task configs hold scalars or lists of scalars, not nested objects")
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TaskError(f"task config value {value!r} is not a JSON scalar or list")
+
+
+def _thaw(value: Any) -> Any:
+    return [_thaw(v) for v in value] if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """(dataset, config, seed, index): enough to regenerate the identical question and answer."""
+
+    dataset: str
+    config: tuple[tuple[str, Any], ...]  # sorted (key, value) pairs, lists frozen to tuples
+    seed: int
+    index: int
+
+    @classmethod
+    def make(cls, dataset: str, config: dict[str, Any] | None, seed: int, index: int) -> TaskRef:
+        items = tuple(sorted((str(k), _freeze(v)) for k, v in (config or {}).items()))
+        return cls(dataset, items, int(seed), int(index))
+
+    def config_dict(self) -> dict[str, Any]:
+        return {k: _thaw(v) for k, v in self.config}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "config": self.config_dict(),
+            "seed": self.seed,
+            "index": self.index,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TaskRef:
+        if not isinstance(d, dict) or set(d) != {"dataset", "config", "seed", "index"}:
+            raise TaskError("a task ref is an object with exactly: dataset, config, seed, index")
+        if not isinstance(d["dataset"], str) or not isinstance(d["config"], dict):
+            raise TaskError("task ref: dataset must be a string and config an object")
+        for name in ("seed", "index"):
+            v = d[name]
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**63:
+                raise TaskError(f"task ref: {name} must be a non-negative integer")
+        return cls.make(d["dataset"], d["config"], d["seed"], d["index"])
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON text of the ref: equal refs have equal keys."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+# --- regeneration ---------------------------------------------------------------------------
+
+PAPER_DOMAINS: tuple[str, ...] = (
+    "base_conversion",
+    "basic_arithmetic",
+    "arc_1d",
+    "bf",
+    "propositional_logic",
+    "fraction_simplification",
+    "decimal_arithmetic",
+    "calendar_arithmetic",
+    "binary_matrix",
+)
+
+# reasoning-gym seeds item i with Random(seed + i) and never looks at `size` except as a bound, so
+# every dataset is built with one fixed size and item i is the same whatever size a peer used.
+# 10**6 questions per domain is 500x a 2000-round run; larger sizes make list_functions and
+# gsm_symbolic precompute bigger index tables in __init__.
+MAX_INDEX = 1_000_000
+_SIZE_CAP = {"word_ladder": 20_000}  # word_ladder rejects size > 20000
+_UNSUPPORTED = {
+    "acre": "precomputes its questions from the dataset size, so an index does not pin one question",
+    "composite": "mixes other datasets through a nested config that a task ref cannot carry",
+}
+# These scorers hand the model's answer to sympy.parse_expr, which runs it as Python code: a
+# completion from a peer could execute anything on this machine.
+_CODE_EXECUTING_SCORERS = frozenset(
+    {
+        "countdown",
+        "puzzle24",
+        "polynomial_multiplication",
+        "simple_integration",
+        "intermediate_integration",
+    }
+)
+# These scorers eval() the answer to read a Python list; ast.literal_eval reads the same lists
+# and nothing else, so it replaces eval in their modules (their item generation never uses eval).
+_EVAL_SCORER_MODULES = (
+    "reasoning_gym.algorithmic.binary_matrix",
+    "reasoning_gym.algorithmic.spiral_matrix",
+    "reasoning_gym.algorithmic.string_insertion",
+    "reasoning_gym.games.n_queens",
+)
+_BUILD_LOCK = threading.Lock()  # some generators print (bf); stdout is swapped under this lock
+
+
+@functools.cache
+def _registry() -> dict[str, tuple[type, type]]:
+    """reasoning-gym's {name: (dataset class, config class)}, imported on first use (~2 s)."""
+    from reasoning_gym.factory import DATASETS
+
+    for name in _EVAL_SCORER_MODULES:
+        importlib.import_module(name).eval = ast.literal_eval
+    return DATASETS
+
+
+def known_datasets() -> list[str]:
+    """Names of the reasoning-gym datasets a TaskRef can address."""
+    return sorted(
+        n for n in _registry() if n not in _UNSUPPORTED and n not in _CODE_EXECUTING_SCORERS
+    )
+
+
+def _size(dataset: str) -> int:
+    return _SIZE_CAP.get(dataset, MAX_INDEX)
+
+
+def _check_dataset(name: str) -> None:
+    if name in _UNSUPPORTED:
+        raise TaskError(f"dataset {name!r} {_UNSUPPORTED[name]}; pick another dataset.")
+    if name in _CODE_EXECUTING_SCORERS:
+        raise TaskError(
+            f"dataset {name!r} scores answers with sympy.parse_expr, which runs them as code, "
+            "so sapo-edge refuses it; pick another dataset."
+        )
+    if name not in _registry():
+        close = difflib.get_close_matches(name, list(_registry()), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TaskError(
+            f"unknown reasoning-gym dataset {name!r}{hint}; the SAPO paper uses "
+            f"{', '.join(PAPER_DOMAINS)} ({len(known_datasets())} datasets are known)."
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _dataset(name: str, config_json: str, seed: int) -> ProceduralDataset:
+    """The dataset object for (name, config, seed), keyed on canonical JSON so 1, 1.0 and true differ."""
+    import reasoning_gym
+
+    _check_dataset(name)
+    config = json.loads(config_json)
+    fields = sorted(
+        f.name for f in dataclasses.fields(_registry()[name][1]) if f.name not in ("seed", "size")
+    )
+    for reserved in ("seed", "size"):
+        if reserved in config:
+            raise TaskError(
+                f"task config for {name!r} sets {reserved!r}, which belongs to the task ref, not the "
+                f"config; remove it (config keys for {name}: {', '.join(fields)})."
+            )
+    try:
+        return reasoning_gym.create_dataset(name, seed=seed, size=_size(name), **config)
+    except Exception as e:  # TypeError for unknown keys, AssertionError/ValueError from validate()
+        msg = str(e) or type(e).__name__
+        raise TaskError(
+            f"reasoning-gym rejected the config {config} for {name!r} ({msg}); "
+            f"its config keys are: {', '.join(fields)}."
+        ) from None
+
+
+def _config_json(ref: TaskRef) -> str:
+    return json.dumps(ref.config_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One regenerated question: its ref, the text shown to the model and the item used to score."""
+
+    ref: TaskRef
+    question: str
+    # the reference answer; None where the verifier accepts many answers (propositional_logic)
+    answer: str | None
+    entry: dict[str, Any]  # the full reasoning-gym item, passed to the dataset's score_answer
+
+    @property
+    def domain(self) -> str:
+        return self.ref.dataset
+
+
+def regenerate(ref: TaskRef) -> Task:
+    """Rebuild the exact question at ref.index; raises TaskError (never anything else) for a bad ref."""
+    if not isinstance(ref, TaskRef):
+        raise TaskError(
+            f"regenerate needs a TaskRef, got {type(ref).__name__}; build one with TaskRef.make."
+        )
+    _check_dataset(ref.dataset)
+    if not 0 <= ref.index < _size(ref.dataset):
+        raise TaskError(
+            f"task index {ref.index} is out of range for {ref.dataset!r}: use 0 <= index < {_size(ref.dataset)}."
+        )
+    ds = _dataset(ref.dataset, _config_json(ref), ref.seed)
+    try:
+        with _BUILD_LOCK, contextlib.redirect_stdout(io.StringIO()):
+            entry = ds[ref.index]
+        question, answer = entry["question"], entry["answer"]
+        if not isinstance(question, str):
+            raise TypeError(f"question is a {type(question).__name__}")
+    except Exception as e:
+        _dataset.cache_clear()  # a failed item can leave state behind (word_ladder shrinks its size)
+        raise TaskError(
+            f"reasoning-gym failed to build {ref.dataset!r} item {ref.index} (seed {ref.seed}): "
+            f"{type(e).__name__}: {e}; this config or index cannot be used."
+        ) from None
+    return Task(ref, question, None if answer is None else str(answer), entry)
+
+
+# --- scoring --------------------------------------------------------------------------------
+
+
+def _prop_logic_answer_is_safe(task: Task, answer: str) -> bool:
+    """propositional_logic checks an answer with a 2**n truth table over its n distinct leaves, and
+    "PQ", "(P)(Q)", ... all count as leaves: only answers built from the question's variables pass."""
+    from reasoning_gym.logic.propositional_logic import Expression
+
+    def leaves(e: Any) -> Iterator[Any]:
+        if not isinstance(e, Expression):
+            yield e
+        elif e.operator is None:
+            yield e.left
+        else:
+            yield from leaves(e.left)
+            if e.right is not None:
+                yield from leaves(e.right)
+
+    variables = set(task.entry["metadata"]["variables"])
+    return len(answer) <= 4096 and all(
+        v in variables for v in leaves(Expression.from_string(answer))
+    )
+
+
+def verifier_score(task: Task, answer: str | None) -> float:
+    """The dataset's own score_answer(answer, entry), clamped to [0, 1]; any failure scores 0."""
+    try:
+        ds = _dataset(task.ref.dataset, _config_json(task.ref), task.ref.seed)
+        if task.domain == "propositional_logic" and answer is not None:
+            if not _prop_logic_answer_is_safe(task, answer):
+                return 0.0
+        score = float(ds.score_answer(answer, task.entry))
+    except Exception:
+        return 0.0
+    return min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0
+
+
+# --- sampling -------------------------------------------------------------------------------
+
+
+def node_seed(node_id: str, base_seed: int = 0) -> int:
+    """A stable 31-bit seed from (node id, base seed): nodes with different ids draw different questions."""
+    digest = hashlib.sha256(f"{base_seed}:{node_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**31
+
+
+class TaskSampler:
+    """The paper's SampleBatch: k distinct weighted domains per round, one new question from each."""
+
+    def __init__(
+        self, domains: dict[str, float], domain_configs: dict[str, dict] | None, seed: int
+    ):
+        if not isinstance(domains, dict) or not domains:
+            raise TaskError(
+                f"domains must map at least one domain to a weight, e.g. {{'basic_arithmetic': 1.0}}; got {domains!r}."
+            )
+        configs = dict(domain_configs or {})
+        for name in configs:
+            if name not in domains:
+                raise TaskError(
+                    f"domain_configs has a config for {name!r}, which is not in domains; add it to domains or remove the config."
+                )
+        for name, w in domains.items():
+            if not isinstance(name, str):
+                raise TaskError(f"domain names are strings, got {name!r}.")
+            _check_dataset(name)
+            if (
+                isinstance(w, bool)
+                or not isinstance(w, int | float)
+                or not math.isfinite(w)
+                or w < 0
+            ):
+                raise TaskError(
+                    f"weight for domain {name!r} must be a finite number >= 0, got {w!r}."
+                )
+        if not any(w > 0 for w in domains.values()):
+            raise TaskError(
+                "all domain weights are zero; give at least one domain a positive weight."
+            )
+        self.seed = int(seed)
+        self.weights = {name: float(w) for name, w in domains.items()}
+        self.refs = {name: TaskRef.make(name, configs.get(name), self.seed, 0) for name in domains}
+        for ref in self.refs.values():
+            regenerate(ref)  # a config reasoning-gym rejects fails here, not mid-run
+        self._next = {name: 0 for name in domains}
+        self._rng = random.Random(self.seed)
+
+    def accepts(self, ref: TaskRef) -> bool:
+        """True when ref is a question of one of this sampler's domains with its exact config and a
+        valid index: the cheap check to run on a peer's ref (a hostile config can make generation slow)."""
+        mine = self.refs.get(ref.dataset)
+        return (
+            mine is not None
+            and _config_json(mine) == _config_json(ref)
+            and 0 <= ref.index < _size(ref.dataset)
+        )
+
+    def _pick_domains(self, k: int) -> list[str]:
+        positive = [name for name, w in self.weights.items() if w > 0]
+        picked: list[str] = []
+        pool: list[str] = []
+        while len(picked) < k:
+            if not pool:  # every positive domain once per pass, then wrap around
+                pool = list(positive)
+            total = sum(self.weights[n] for n in pool)
+            x, acc = self._rng.random() * total, 0.0
+            choice = pool[-1]
+            for name in pool:
+                acc += self.weights[name]
+                if x < acc:
+                    choice = name
+                    break
+            pool.remove(choice)
+            picked.append(choice)
+        return picked
+
+    def sample_batch(self, k: int) -> list[TaskRef]:
+        """k refs from k distinct domains (wrapping around when k exceeds the weighted domains)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise TaskError(f"sample_batch needs a batch size k >= 0, got {k!r}.")
+        names = self._pick_domains(k)
+        for name in set(names):
+            if self._next[name] + names.count(name) > _size(name):
+                raise TaskError(
+                    f"domain {name!r} has used all {_size(name)} questions of seed {self.seed}; start with another seed."
+                )
+        refs = []
+        for name in names:
+            refs.append(dataclasses.replace(self.refs[name], index=self._next[name]))
+            self._next[name] += 1
+        return refs
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state (rng and per-domain counters) for an exact resume."""
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "seed": self.seed,
+            "next_index": dict(self._next),
+            "rng": [version, list(internal), gauss],
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        try:
+            seed, counters, (version, internal, gauss) = d["seed"], d["next_index"], d["rng"]
+            rng = random.Random()
+            rng.setstate((version, tuple(internal), gauss))
+            counters = {str(n): int(i) for n, i in counters.items()}
+        except Exception as e:
+            raise TaskError(
+                f"task sampler state is malformed ({type(e).__name__}: {e}); pass what state_dict() returned."
+            ) from None
+        if seed != self.seed:
+            raise TaskError(
+                f"task sampler state was saved with seed {seed}, this sampler has seed {self.seed}; resume with the same seed."
+            )
+        if any(i < 0 for i in counters.values()):
+            raise TaskError(
+                "task sampler state has a negative question counter; pass what state_dict() returned."
+            )
+        self._rng = rng
+        self._next = {name: counters.get(name, 0) for name in self.weights}  # new domains: 0

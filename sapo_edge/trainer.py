@@ -1,0 +1,357 @@
+"""The SAPO round (Algorithm 1 of arXiv 2509.08721) for one node, top to bottom.
+
+1. sample questions  2. generate G completions each  3. score  4. share a subset
+5. build the I local + J external training set (externals re-verified here)  6. GRPO step
+7. report, append metrics.jsonl, checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .backends.base import Backend, Sample
+from .checkpoints import find_latest, save_checkpoint
+from .config import Config
+from .prompts import build_messages
+from .rewards import RewardConfig, score_completion
+from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
+from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
+from .swarm.transport import Transport
+from .tasks import TaskError, TaskSampler, node_seed, regenerate
+
+
+@dataclass
+class RoundReport:
+    node: str
+    round: int
+    reward_mean: float  # mean reward of this node's own completions this round
+    reward_by_domain: dict[str, float]
+    zero_adv_fraction: float  # own groups whose completions all scored alike
+    local_used: int
+    external_used: int
+    external_from: dict[str, int]  # producer -> groups trained on
+    published: int
+    received: int
+    pool: dict[str, int]  # the external pool's counters: added, duplicate, rejections by reason...
+    gen_tokens: int
+    gen_seconds: float
+    train_seconds: float
+    train_tokens: int
+    loss: float
+    peak_rss_mb: float
+    round_seconds: float
+    time: float = field(default_factory=time.time)
+
+
+class Callback(Protocol):
+    def on_round(self, report: RoundReport) -> None: ...
+    def on_message(self, node: str, text: str) -> None: ...
+
+
+class PrintCallback:
+    """One readable line per round (headless runs, the simulator, non-terminal output)."""
+
+    def __init__(self, print_fn: Callable[[str], None] = print):
+        self.print = print_fn
+        self.history: dict[str, list[float]] = {}
+
+    def on_round(self, r: RoundReport) -> None:
+        h = self.history.setdefault(r.node, [])
+        h.append(r.reward_mean)
+        avg = statistics.fmean(h[-5:])
+        ext = ",".join(f"{k[:8]}:{v}" for k, v in sorted(r.external_from.items())) or "-"
+        self.print(
+            f"{r.node:>8} round {r.round:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
+            f" | recv {r.received} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"
+            f" | step {r.train_seconds:.1f}s loss {r.loss:+.4f} | {r.round_seconds:.1f}s/round | rss {r.peak_rss_mb:,.0f} MB"
+        )
+
+    def on_message(self, node: str, text: str) -> None:
+        self.print(f"{node:>8} {text}")
+
+
+class Node:
+    """One SAPO node: its own policy (backend), question stream, rollout pool and transport."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        backend: Backend,
+        transport: Transport,
+        *,
+        node_id: str,
+        name: str,
+        model_id: str,
+        out_dir: Path,
+        callback: Callback | None = None,
+    ):
+        self.cfg, self.backend, self.transport = cfg, backend, transport
+        self.node_id, self.name, self.model_id = node_id, name, model_id
+        self.out_dir = Path(out_dir)
+        self.callback = callback or PrintCallback()
+        seed = node_seed(node_id, cfg.seed)  # each node draws its own questions
+        self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
+        self.rng = random.Random(seed)
+        self.pool = ExternalPool(
+            node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
+        )
+        self.rewards = RewardConfig(
+            lenient=cfg.lenient,
+            lenient_credit=cfg.lenient_credit,
+            format_reward=cfg.format_reward,
+            partial_credit=cfg.partial_credit,
+        )
+        self.round = 0
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        cfg.save(self.out_dir / "config.json")
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.out_dir / "metrics.jsonl"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+    # ------------------------------------------------------------------------------ round
+    def run_round(self) -> RoundReport:
+        cfg, t_round = self.cfg, time.perf_counter()
+        # 1. sample a batch of questions (the paper's SampleBatch: k domains, one question each)
+        tasks = [regenerate(ref) for ref in self.sampler.sample_batch(cfg.questions_per_round)]
+
+        # 2. generate G completions per question, all in one batched call
+        t0 = time.perf_counter()
+        gens = self.backend.generate(
+            [build_messages(t.question) for t in tasks],
+            cfg.group_size,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            seed=self._round_seed(),
+        )
+        gen_seconds = time.perf_counter() - t0
+
+        # 3. score with this node's own verifier
+        own: list[ScoredGroup] = []
+        published: list[RolloutGroup] = []
+        finished: dict[str, list[bool]] = {}
+        for task, group in zip(tasks, gens, strict=True):
+            texts = [g.text for g in group]
+            rewards = [score_completion(task, t, self.rewards) for t in texts]
+            rg = RolloutGroup(
+                task.ref,
+                task.question,
+                task.answer,
+                tuple(texts),
+                tuple(rewards),
+                self.node_id,
+                self.model_id,
+                self.round,
+                time.time(),
+            )
+            own.append(
+                scored(
+                    rg.group_id,
+                    task.ref,
+                    task.question,
+                    texts,
+                    rewards,
+                    "self",
+                    scale=cfg.scale_rewards,
+                )
+            )
+            finished[rg.group_id] = [g.finished for g in group]
+            published.append(rg)
+
+        # 4. share a subset as plain text (SelectSubset)
+        shared = select_subset(published, cfg.share, cfg.share_max, self.rng)
+        if shared:
+            self.transport.publish(encode_batch(shared))
+
+        # 5. training set: I own groups + J external groups, re-verified here
+        received = self._receive()
+        local = sample_self(own, cfg.local_samples, self.rng)
+        external = (
+            self.pool.sample(cfg.external_samples, self.round, self._rescore, self.rng)
+            if cfg.external_samples
+            else []
+        )
+
+        # 6. one GRPO step; completions with zero advantage carry no gradient and are skipped
+        samples = [
+            Sample(
+                build_messages(g.question),
+                text,
+                adv,
+                finished.get(g.group_id, [True] * len(g.completions))[i],
+            )
+            for g in local + external
+            for i, (text, adv) in enumerate(zip(g.completions, g.advantages, strict=True))
+            if adv != 0.0
+        ]
+        stats = self.backend.train_step(samples) if samples else None
+
+        # 7. report and persist
+        report = self._report(
+            own, tasks, gens, local, external, len(shared), received, gen_seconds, stats, t_round
+        )
+        with self.metrics_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(asdict(report)) + "\n")
+        self.callback.on_round(report)
+        self.round += 1
+        if cfg.checkpoint_every and self.round % cfg.checkpoint_every == 0:
+            self.save()
+        return report
+
+    def _round_seed(self) -> int:
+        return (node_seed(self.node_id, self.cfg.seed) * 1_000_003 + self.round) % 2**31
+
+    def _receive(self) -> int:
+        count = 0
+        for _sender, payload in self.transport.receive():
+            try:
+                groups = decode_batch(payload)
+            except RolloutError as e:
+                self.pool.reject(e.reason)
+                continue
+            for g in groups:
+                count += self.pool.add(g, self.round)
+        return count
+
+    def _rescore(self, group: RolloutGroup) -> ScoredGroup | None:
+        """Regenerate the task from its ref; ignore the producer's answer and rewards; re-score."""
+        if not self.sampler.accepts(
+            group.task_ref
+        ):  # not one of our domains/configs: never regenerated
+            self.pool.reject("foreign_task")
+            return None
+        try:
+            task = regenerate(group.task_ref)
+        except TaskError:
+            self.pool.reject("bad_task_ref")
+            return None
+        texts = list(group.completions[: self.cfg.group_size])
+        rewards = [score_completion(task, t, self.rewards) for t in texts]
+        return scored(
+            group.group_id,
+            task.ref,
+            task.question,
+            texts,
+            rewards,
+            group.producer,
+            scale=self.cfg.scale_rewards,
+        )
+
+    def _report(
+        self, own, tasks, gens, local, external, n_shared, received, gen_seconds, stats, t_round
+    ) -> RoundReport:
+        all_rewards = [r for g in own for r in g.rewards]
+        by_domain: dict[str, list[float]] = {}
+        for task, g in zip(tasks, own, strict=True):
+            by_domain.setdefault(task.domain, []).extend(g.rewards)
+        informative = sum(1 for g in own if any(a != 0.0 for a in g.advantages))
+        return RoundReport(
+            node=self.name,
+            round=self.round,
+            reward_mean=statistics.fmean(all_rewards),
+            reward_by_domain={d: statistics.fmean(v) for d, v in sorted(by_domain.items())},
+            zero_adv_fraction=1 - informative / len(own),
+            local_used=len(local),
+            external_used=len(external),
+            external_from=dict(Counter(g.origin for g in external)),
+            published=n_shared,
+            received=received,
+            pool=self.pool.stats(),
+            gen_tokens=sum(g.tokens for group in gens for g in group),
+            gen_seconds=gen_seconds,
+            train_seconds=stats.seconds if stats else 0.0,
+            train_tokens=stats.tokens if stats else 0,
+            loss=stats.loss if stats else 0.0,
+            peak_rss_mb=self.backend.memory_report()["peak_rss_mb"],
+            round_seconds=time.perf_counter() - t_round,
+        )
+
+    # ------------------------------------------------------------------------ checkpoints
+    def save(self) -> Path:
+        state = {
+            "round": self.round,  # the next round to run
+            "node_id": self.node_id,
+            "name": self.name,
+            "model_id": self.model_id,
+            "config": self.cfg.to_dict(),
+            "sampler": self.sampler.state_dict(),
+            "rng": _rng_to_json(self.rng.getstate()),
+        }
+        return save_checkpoint(
+            self.checkpoint_dir,
+            self.round,
+            self.backend.save,
+            state,
+            keep=self.cfg.keep_checkpoints,
+        )
+
+    def resume(self) -> bool:
+        """Continue from the newest complete checkpoint; False when there is none."""
+        ckpt = find_latest(
+            self.checkpoint_dir, log=lambda m: self.callback.on_message(self.name, m)
+        )
+        if ckpt is None:
+            self.callback.on_message(
+                self.name, f"no checkpoint in {self.checkpoint_dir}: starting at round 0"
+            )
+            return False
+        st = ckpt.state
+        if st.get("model_id") != self.model_id:
+            raise ValueError(
+                f"checkpoint {ckpt.path} was trained on {st.get('model_id')!r}, not {self.model_id!r}: "
+                "pass the same --model, or a fresh --out-dir."
+            )
+        self.backend.load(ckpt.path)
+        self.sampler.load_state_dict(st["sampler"])
+        self.rng.setstate(_rng_from_json(st["rng"]))
+        self.round = int(st["round"])
+        self._truncate_metrics(self.round)
+        self.callback.on_message(
+            self.name, f"resumed from {ckpt.path.name}: next round {self.round}"
+        )
+        return True
+
+    def _truncate_metrics(self, next_round: int) -> None:
+        """Drop metrics of rounds run after the checkpoint (they are run again)."""
+        if not self.metrics_path.exists():
+            return
+        keep = [
+            ln
+            for ln in self.metrics_path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and json.loads(ln).get("round", 0) < next_round
+        ]
+        tmp = self.metrics_path.with_suffix(".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+        os.replace(tmp, self.metrics_path)
+
+
+def _rng_to_json(state: tuple) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _rng_from_json(data: list) -> tuple:
+    version, internal, gauss = data
+    return (version, tuple(internal), gauss)
+
+
+def read_rewards(metrics_path: Path) -> list[float]:
+    """Mean reward of each round in a node's metrics.jsonl (empty when none yet)."""
+    if not metrics_path.exists():
+        return []
+    lines = metrics_path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(ln)["reward_mean"] for ln in lines if ln.strip()]

@@ -1,0 +1,335 @@
+"""Rollout groups on the wire: round trips, every bad payload refused with its reason, fuzzing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sapo_edge.rollout import (
+    DEFAULT_LIMITS,
+    ROLLOUT_VERSION,
+    Limits,
+    RolloutError,
+    RolloutGroup,
+    decode_batch,
+    encode_batch,
+)
+from sapo_edge.tasks import TaskRef
+
+
+def group(**over: Any) -> RolloutGroup:
+    fields: dict[str, Any] = dict(
+        task_ref=TaskRef.make(
+            "basic_arithmetic", {"min_terms": 2, "ops": ["+", "-"]}, seed=7, index=3
+        ),
+        question="What is 2 + 3 - 1?",
+        reference_answer="4",
+        completions=("<answer>4</answer>", "<answer>5</answer>", "it is 4 ✓"),
+        rewards=(1.0, 0.0, 0.5),
+        producer="node-a",
+        model="Qwen/Qwen2.5-0.5B-Instruct",
+        round=12,
+        created_at=1_700_000_000.25,
+    )
+    fields.update(over)
+    return RolloutGroup(**fields)
+
+
+def valid_dict() -> dict[str, Any]:
+    return group().to_dict()
+
+
+def batch(*dicts: Any, **top: Any) -> bytes:
+    return json.dumps({"version": ROLLOUT_VERSION, "groups": list(dicts), **top}).encode()
+
+
+def reason(d: Any, limits: Limits = DEFAULT_LIMITS) -> str:
+    """Reason code from decoding one group dict both directly and as a batch (they must agree)."""
+    with pytest.raises(RolloutError) as direct:
+        RolloutGroup.from_dict(d, limits)
+    with pytest.raises(RolloutError) as wire:
+        decode_batch(batch(d), limits)
+    assert direct.value.reason == wire.value.reason
+    assert str(wire.value).startswith("group 0: ")
+    return direct.value.reason
+
+
+# --- round trips ------------------------------------------------------------------------------
+
+
+def test_batch_round_trip_keeps_every_field():
+    groups = [group(), group(producer="node-b", reference_answer=None, round=0, rewards=(1, 0, 0))]
+    data = encode_batch(groups)
+    assert isinstance(data, bytes)
+    assert json.loads(data)["version"] == ROLLOUT_VERSION
+    back = decode_batch(data)
+    assert back == [
+        group(),
+        group(producer="node-b", reference_answer=None, round=0, rewards=(1.0, 0.0, 0.0)),
+    ]
+    assert decode_batch(data.decode()) == back
+    assert decode_batch(encode_batch([])) == []
+
+
+def test_to_dict_from_dict_round_trip():
+    g = group()
+    d = g.to_dict()
+    assert d["version"] == ROLLOUT_VERSION
+    assert RolloutGroup.from_dict(json.loads(json.dumps(d))) == g
+
+
+def test_group_id_depends_on_task_and_completions_only():
+    g = group()
+    assert len(g.group_id) == 32 and int(g.group_id, 16) >= 0
+    # the same content re-sent or relayed by someone else keeps its id
+    assert (
+        group(producer="relay", round=99, created_at=5.0, rewards=(0, 0, 0)).group_id == g.group_id
+    )
+    assert decode_batch(encode_batch([g]))[0].group_id == g.group_id
+    assert group(completions=("a", "b", "c")).group_id != g.group_id
+    assert (
+        group(
+            task_ref=TaskRef.make("basic_arithmetic", {"min_terms": 2, "ops": ["+", "-"]}, 7, 4)
+        ).group_id
+        != g.group_id
+    )
+
+
+def test_encode_refuses_what_peers_would_reject():
+    with pytest.raises(RolloutError) as e:
+        encode_batch([group(rewards=(float("nan"), 0.0, 1.0))])
+    assert e.value.reason == "non_finite"
+    with pytest.raises(RolloutError) as e:
+        encode_batch([group()] * 3, Limits(max_groups_per_batch=2))
+    assert e.value.reason == "too_large"
+    with pytest.raises(RolloutError) as e:
+        encode_batch([group()] * 10, Limits(max_batch_bytes=1000))
+    assert e.value.reason == "too_large"
+
+
+# --- every bad group, with its reason ---------------------------------------------------------
+
+
+def with_(**over: Any) -> dict[str, Any]:
+    return {**valid_dict(), **over}
+
+
+def without(name: str) -> dict[str, Any]:
+    d = valid_dict()
+    del d[name]
+    return d
+
+
+BAD_GROUPS = [
+    ("not an object", ["a list"], "bad_type"),
+    ("future version", with_(version=2), "unknown_version"),
+    ("string version", with_(version="1"), "unknown_version"),
+    ("bool version", with_(version=True), "unknown_version"),
+    ("no version", without("version"), "missing_field"),
+    ("no completions", without("completions"), "missing_field"),
+    ("no producer", without("producer"), "missing_field"),
+    ("extra field", with_(tokens=[1, 2, 3]), "unknown_field"),
+    ("extra group_id", with_(group_id="f" * 32), "unknown_field"),
+    ("question not str", with_(question=3), "bad_type"),
+    ("answer not str", with_(reference_answer=4), "bad_type"),
+    ("completion not str", with_(completions=["a", 1], rewards=[0, 1]), "bad_type"),
+    ("completions not list", with_(completions="ab", rewards=[0, 1]), "bad_type"),
+    ("reward is str", with_(rewards=[1, "0", 0]), "bad_type"),
+    ("reward is bool", with_(rewards=[True, False, False]), "bad_type"),
+    ("round is bool", with_(round=True), "bad_type"),
+    ("round is float", with_(round=1.0), "bad_type"),
+    ("created_at is str", with_(created_at="now"), "bad_type"),
+    ("model is null", with_(model=None), "bad_type"),
+    ("one completion", with_(completions=["a"], rewards=[1]), "bad_shape"),
+    ("no completions", with_(completions=[], rewards=[]), "bad_shape"),
+    ("rewards shorter", with_(rewards=[1, 0]), "bad_shape"),
+    ("negative round", with_(round=-1), "bad_value"),
+    ("empty producer", with_(producer=""), "bad_value"),
+    ("task ref not object", with_(task_ref="basic_arithmetic"), "bad_task_ref"),
+    (
+        "task ref missing seed",
+        with_(task_ref={"dataset": "x", "config": {}, "index": 0}),
+        "bad_task_ref",
+    ),
+    (
+        "task ref negative index",
+        with_(task_ref={"dataset": "x", "config": {}, "seed": 0, "index": -1}),
+        "bad_task_ref",
+    ),
+    (
+        "task ref nested config",
+        with_(task_ref={"dataset": "x", "config": {"a": {"b": 1}}, "seed": 0, "index": 0}),
+        "bad_task_ref",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "d, code", [(d, c) for _, d, c in BAD_GROUPS], ids=[n for n, _, _ in BAD_GROUPS]
+)
+def test_bad_group_is_rejected_with_its_reason(d, code):
+    assert reason(d) == code
+
+
+def test_non_finite_numbers_are_rejected():
+    for text in ("NaN", "Infinity", "-Infinity", "1e400"):
+        data = batch(valid_dict()).replace(b'"rewards": [1.0', b'"rewards": [' + text.encode())
+        assert text.encode() in data
+        with pytest.raises(RolloutError) as e:
+            decode_batch(data)
+        assert e.value.reason == "non_finite"
+    for bad in (float("nan"), float("inf")):  # straight from Python, not via JSON
+        with pytest.raises(RolloutError) as e:
+            RolloutGroup.from_dict(with_(created_at=bad))
+        assert e.value.reason == "non_finite"
+    with pytest.raises(RolloutError) as e:
+        RolloutGroup.from_dict(with_(rewards=[10**400, 0, 0]))
+    assert e.value.reason == "non_finite"
+
+
+def test_caps_reject_oversized_fields():
+    small = Limits(
+        max_completions=3,
+        max_completion_chars=10,
+        max_question_chars=20,
+        max_answer_chars=2,
+        max_id_chars=8,
+    )
+    assert reason(valid_dict(), small) == "too_large"  # model id is over 8 chars
+    ok = {
+        **valid_dict(),
+        "model": "qwen",
+        "producer": "a",
+        "reference_answer": "4",
+        "completions": ["4", "5", "6"],
+        "task_ref": {"dataset": "ds", "config": {}, "seed": 0, "index": 0},
+    }
+    assert RolloutGroup.from_dict(ok, small).model == "qwen"
+    for over in (
+        {"completions": ["a"] * 4, "rewards": [0] * 4},
+        {"completions": ["a", "b" * 11], "rewards": [0, 1]},
+        {"question": "q" * 21},
+        {"reference_answer": "123"},
+        {"producer": "p" * 9},
+        {"task_ref": {"dataset": "d" * 9, "config": {}, "seed": 0, "index": 0}},
+    ):
+        assert reason({**ok, **over}, small) == "too_large", over
+
+
+def test_default_caps():
+    assert reason(with_(completions=["x"] * 65, rewards=[0] * 65)) == "too_large"
+    assert reason(with_(question="q" * 16_001)) == "too_large"
+    assert reason(with_(reference_answer="a" * 2_001)) == "too_large"
+    assert reason(with_(producer="n" * 129)) == "too_large"
+
+
+# --- bad batches ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, code",
+    [
+        (b"\xff", "bad_utf8"),
+        (b"{nope", "bad_json"),
+        (b"[]", "bad_type"),
+        (b'{"version": 1}', "missing_field"),
+        (b'{"groups": []}', "missing_field"),
+        (b'{"version": 2, "groups": []}', "unknown_version"),
+        (b'{"version": 1, "groups": {}}', "bad_type"),
+        (b'{"version": 1, "groups": [], "extra": 0}', "unknown_field"),
+        (b'{"version": 1, "version": 1, "groups": []}', "duplicate_key"),
+        (b'{"version": 1, "groups": [' + b"[" * 100_000, "too_deep"),
+        (b'{"version": 1, "groups": [], "n": 1' + b"0" * 30 + b"}", "huge_int"),
+        (b'{"version": 1, "groups": ["\\udc00"]}', "bad_unicode"),
+    ],
+)
+def test_bad_batch_is_rejected_with_its_reason(data, code):
+    with pytest.raises(RolloutError) as e:
+        decode_batch(data)
+    assert e.value.reason == code
+
+
+def test_batch_caps():
+    with pytest.raises(RolloutError) as e:
+        decode_batch(batch(*[valid_dict()] * 3), Limits(max_groups_per_batch=2))
+    assert e.value.reason == "too_large"
+    with pytest.raises(RolloutError) as e:
+        decode_batch(b" " * (DEFAULT_LIMITS.max_batch_bytes + 1))
+    assert e.value.reason == "too_large"
+
+
+def test_one_bad_group_says_which():
+    with pytest.raises(RolloutError) as e:
+        decode_batch(batch(valid_dict(), with_(round=-5)))
+    assert e.value.reason == "bad_value"
+    assert str(e.value).startswith("group 1: ")
+
+
+# --- fuzzing: only RolloutError ever comes out ------------------------------------------------
+
+FUZZ_BYTES = settings(max_examples=3000, deadline=None, database=None)
+FUZZ = settings(max_examples=600, deadline=None, database=None)  # structures cost more to draw
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20)
+    | st.sampled_from(["\ud800", "basic_arithmetic", "", "self", "1"])
+)
+jsonish = st.recursive(
+    scalars,
+    lambda kids: (
+        st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=8), kids, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+def decode_or_reject(data: bytes | str) -> None:
+    try:
+        groups = decode_batch(data)
+    except RolloutError as e:
+        assert e.reason and str(e)
+    else:
+        assert all(isinstance(g, RolloutGroup) for g in groups)
+
+
+@FUZZ_BYTES
+@given(st.binary(max_size=400))
+def test_fuzz_arbitrary_bytes(data):
+    decode_or_reject(data)
+    decode_or_reject(b'{"version":1,"groups":[' + data)
+
+
+@FUZZ
+@given(jsonish)
+def test_fuzz_arbitrary_json_values(value):
+    decode_or_reject(json.dumps(value))
+    decode_or_reject(json.dumps({"version": 1, "groups": [value]}))
+
+
+@FUZZ
+@given(
+    st.sampled_from(sorted(valid_dict())),
+    jsonish,
+    st.sampled_from(["replace", "delete", "add"]),
+)
+def test_fuzz_mutated_valid_groups(field, value, how):
+    d = valid_dict()
+    if how == "replace":
+        d[field] = value
+    elif how == "delete":
+        del d[field]
+    else:
+        d["x_" + field] = value
+    decode_or_reject(json.dumps({"version": 1, "groups": [d]}, ensure_ascii=False))
+    try:  # the same dict handed over in-process, with Python values JSON cannot even carry
+        RolloutGroup.from_dict(d)
+    except RolloutError:
+        pass

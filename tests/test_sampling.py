@@ -1,0 +1,279 @@
+"""The SAPO I/J mix: publishing, own and external sampling, the peer pool's filters and counters."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections import Counter
+
+import pytest
+
+from sapo_edge.rollout import RolloutGroup
+from sapo_edge.sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
+from sapo_edge.tasks import TaskError, TaskRef
+
+
+def rg(i: int, producer: str = "peer-1", rewards: tuple[float, ...] = (1.0, 0.0)) -> RolloutGroup:
+    return RolloutGroup(
+        task_ref=TaskRef.make("basic_arithmetic", {}, seed=1, index=i),
+        question=f"q{i}",
+        reference_answer="1",
+        completions=tuple(f"answer {i}.{k}" for k in range(len(rewards))),
+        rewards=rewards,
+        producer=producer,
+        model="m",
+        round=0,
+        created_at=0.0,
+    )
+
+
+def verify(g: RolloutGroup) -> ScoredGroup:
+    """Stand-in verifier: a completion is right when it ends in .0 (ignores the producer's rewards)."""
+    rewards = [1.0 if c.endswith(".0") else 0.0 for c in g.completions]
+    return scored(g.group_id, g.task_ref, g.question, list(g.completions), rewards, g.producer)
+
+
+def own(i: int, rewards: list[float]) -> ScoredGroup:
+    return scored(
+        f"own{i}", TaskRef.make("bf", {}, 0, i), f"q{i}", [str(k) for k in rewards], rewards, "self"
+    )
+
+
+# --- helpers for this node's own groups -------------------------------------------------------
+
+
+def test_scored_fills_advantages():
+    sg = own(0, [1, 0, 0, 0])
+    assert sg.advantages == pytest.approx([1.4997, -0.4999, -0.4999, -0.4999], abs=1e-4)
+    assert scored("g", sg.task_ref, "q", ["a", "b"], [1, 0], "self", scale=False).advantages == [
+        0.5,
+        -0.5,
+    ]
+    with pytest.raises(ValueError, match="rewards"):
+        scored("g", sg.task_ref, "q", ["a", "b"], [1], "self")
+
+
+def test_select_subset_policies():
+    groups = [rg(0), rg(1, rewards=(0.0, 0.0)), rg(2), rg(3, rewards=(1.0, 1.0))]
+    rng = random.Random(0)
+    assert select_subset(groups, "all", 0, rng) == groups
+    assert select_subset(groups, "informative", 0, rng) == [groups[0], groups[2]]
+    assert select_subset(groups, "none", 0, rng) == []
+    capped = select_subset(groups, "all", 2, rng)
+    assert len(capped) == 2 and set(capped) <= set(groups)
+    assert capped == sorted(capped, key=groups.index)  # original order kept
+    assert (
+        len(
+            {
+                tuple(g.question for g in select_subset(groups, "all", 2, random.Random(s)))
+                for s in range(30)
+            }
+        )
+        > 1
+    )
+    with pytest.raises(ValueError, match="policy"):
+        select_subset(groups, "best", 0, rng)
+
+
+def test_sample_self_drops_zero_advantage_and_never_repeats():
+    groups = [own(i, [1, 0] if i % 2 else [1, 1]) for i in range(10)]
+    picked = sample_self(groups, 3, random.Random(1))
+    assert len(picked) == 3 and len({g.group_id for g in picked}) == 3
+    assert all(g.rewards == [1.0, 0.0] for g in picked)
+    assert len(sample_self(groups, 100, random.Random(1))) == 5  # only the informative ones
+    assert sample_self(groups, 0, random.Random(1)) == []
+
+
+# --- the external pool ------------------------------------------------------------------------
+
+
+def test_i_j_mix_counts():
+    own_groups = [own(i, [1, 0, 0]) for i in range(8)]
+    pool = ExternalPool("me")
+    for i in range(10):
+        pool.add(rg(i, producer=f"peer-{i % 3}"), local_round=1)
+    rng = random.Random(0)
+    batch = sample_self(own_groups, 4, rng) + pool.sample(4, 1, verify, rng)
+    assert Counter(g.origin == "self" for g in batch) == {True: 4, False: 4}
+    assert len(pool) == 6 and pool.stats()["used"] == 4
+    assert pool.sample(0, 1, verify, rng) == [] and len(pool) == 6  # J = 0 leaves the pool alone
+
+
+def test_own_and_duplicate_groups_are_refused():
+    pool = ExternalPool("me", capacity=2)
+    assert not pool.add(rg(0, producer="me"), 0)
+    assert pool.add(rg(1), 0)
+    assert not pool.add(rg(1, producer="relay"), 0)  # same content relayed: same group id
+    assert pool.sample(1, 0, verify, random.Random(0))[0].question == "q1"
+    assert not pool.add(rg(1), 1)  # still refused after it was used
+    assert pool.add(rg(2), 1) and pool.add(rg(3), 1) and pool.add(rg(4), 1)  # evicts rg(2)
+    assert not pool.add(rg(2), 1)  # still refused after it was evicted
+    stats = pool.stats()
+    assert stats == {
+        **stats,
+        "own": 1,
+        "duplicate": 3,
+        "added": 4,
+        "evicted": 1,
+        "used": 1,
+        "size": 2,
+    }
+    assert len(pool) == 2
+
+
+def test_rejections_made_elsewhere_are_counted():
+    pool = ExternalPool("me")
+    pool.reject("bad_json")
+    pool.reject("bad_json")
+    pool.reject("too_large")
+    assert pool.stats()["bad_json"] == 2 and pool.stats()["too_large"] == 1
+
+
+def test_fresh_groups_come_first_older_fill_and_stale_are_dropped():
+    fresh, older = {"q6", "q7", "q8"}, {"q3", "q4", "q5"}
+    for seed in range(20):  # without the preference, 20 seeds in a row would not all pass
+        pool = ExternalPool("me", freshness_rounds=5)
+        for i in range(3):
+            pool.add(rg(i), local_round=0)  # stale at round 21 (older than 4 x 5 rounds)
+        for i in range(3, 6):
+            pool.add(rg(i), local_round=10)  # not fresh at round 21, still usable
+        for i in range(6, 9):
+            pool.add(rg(i), local_round=18)  # fresh at round 21
+        rng = random.Random(seed)
+        first = {g.question for g in pool.sample(2, 21, verify, rng)}
+        assert first <= fresh
+        second = {g.question for g in pool.sample(3, 21, verify, rng)}
+        assert second == (fresh - first) | (second & older) and len(second & older) == 2
+        assert pool.stats()["stale"] == 3 and len(pool) == 1
+
+
+def test_external_groups_are_rescored_by_this_node():
+    pool = ExternalPool("me")
+    pool.add(rg(0, rewards=(0.0, 0.0)), 0)  # producer saw nothing, our verifier finds one right
+    pool.add(rg(1, rewards=(1.0, 0.0, 0.0)), 0)  # fine
+    mismatch = rg(2, rewards=(0.0, 1.0))
+    pool.add(RolloutGroup(**{**mismatch.__dict__, "completions": ("x", "y")}), 0)  # ours: all wrong
+    pool.add(rg(3), 0)  # the caller cannot regenerate the task
+    pool.add(rg(4), 0)  # the task ref is refused outright
+
+    def rescore(g: RolloutGroup) -> ScoredGroup | None:
+        if g.question == "q3":
+            return None
+        if g.question == "q4":
+            raise TaskError("unknown dataset")
+        return verify(g)
+
+    got = pool.sample(10, 0, rescore, random.Random(0))
+    assert sorted(g.question for g in got) == ["q0", "q1"]
+    assert all(g.rewards[0] == 1.0 and g.advantages[0] > 0 for g in got)
+    stats = pool.stats()
+    assert (stats["used"], stats["zero_advantage"], stats["rescore_failed"], stats["size"]) == (
+        2,
+        1,
+        2,
+        0,
+    )
+
+
+def test_per_peer_cap_leaves_the_rest_for_later():
+    pool = ExternalPool("me", max_peer_share=0.5)
+    for i in range(6):
+        pool.add(rg(i, producer="chatty"), 0)
+    pool.add(rg(10, producer="quiet"), 0)
+    got = pool.sample(4, 0, verify, random.Random(0))
+    assert Counter(g.origin for g in got) == {"chatty": 2, "quiet": 1}
+    assert len(pool) == 4  # the capped groups wait for another round
+    assert len(pool.sample(4, 1, verify, random.Random(0))) == 2
+    one = ExternalPool("me", max_peer_share=0.01)
+    one.add(rg(0), 0)
+    one.add(rg(1), 0)
+    assert len(one.sample(4, 0, verify, random.Random(0))) == 1  # at least one per peer
+
+
+def test_each_group_is_used_once():
+    pool = ExternalPool("me")
+    for i in range(5):
+        pool.add(rg(i), 0)
+    rng = random.Random(0)
+    seen = [g.group_id for _ in range(4) for g in pool.sample(2, 0, verify, rng)]
+    assert len(seen) == 5 and len(set(seen)) == 5
+    assert pool.sample(2, 0, verify, rng) == []
+
+
+def test_external_sampling_is_uniform():
+    hits: Counter[str] = Counter()
+    rng = random.Random(42)
+    for _ in range(2000):
+        pool = ExternalPool("me")
+        for i in range(4):
+            pool.add(rg(i), 0)
+        hits.update(g.question for g in pool.sample(1, 0, verify, rng))
+    assert all(400 <= hits[f"q{i}"] <= 600 for i in range(4)), hits  # expected 500, sd ~19
+
+
+def test_bad_pool_settings_are_refused():
+    for kw in (
+        {"capacity": 0},
+        {"freshness_rounds": -1},
+        {"max_peer_share": 0.0},
+        {"max_peer_share": 1.5},
+    ):
+        with pytest.raises(ValueError):
+            ExternalPool("me", **kw)
+
+
+def test_thread_safety_counts_add_up():
+    pool = ExternalPool("me", capacity=300)
+    start = threading.Barrier(3)
+    sampled: list[ScoredGroup] = []
+    results: list[bool] = []
+
+    def adder(first: int) -> None:
+        start.wait()
+        for i in range(first, first + 600):  # the two adders overlap on 200 groups
+            results.append(pool.add(rg(i, producer=f"peer-{i % 4}"), local_round=0))
+
+    def sampler() -> None:
+        start.wait()
+        rng = random.Random(0)
+        for _ in range(150):
+            sampled.extend(pool.sample(3, 0, verify, rng))
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often so the lock is really contended
+    errors: list[BaseException] = []
+
+    def run(fn, *args) -> threading.Thread:
+        def body() -> None:
+            try:
+                fn(*args)
+            except BaseException as e:  # a thread's exception would otherwise only be printed
+                errors.append(e)
+
+        return threading.Thread(target=body)
+
+    threads = [run(adder, 0), run(adder, 400), run(sampler)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old_interval)
+
+    assert errors == []
+    s = pool.stats()
+    assert len(results) == 1200 and sum(results) == 1000 == s["added"]
+    assert s["duplicate"] == 200
+    assert (
+        s["added"]
+        == s["size"]
+        + s["used"]
+        + s["evicted"]
+        + s["stale"]
+        + s["rescore_failed"]
+        + s["zero_advantage"]
+    )
+    assert len(sampled) == s["used"] and len({g.group_id for g in sampled}) == len(sampled)
+    assert s["size"] == len(pool) <= 300
