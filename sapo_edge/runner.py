@@ -68,9 +68,12 @@ def run_single(
     log(
         f"{node.name}: {node.transport.describe()}; rounds {node.round}..{cfg.rounds - 1}; output in {node.out_dir}"
     )
-    while node.round < cfg.rounds:
-        node.run_round()
-    node.save()
+    try:
+        while node.round < cfg.rounds:
+            node.run_round()
+        node.save()
+    finally:
+        node.backend.close()
     return node
 
 
@@ -84,12 +87,16 @@ def run_sim(
     nodes = build_nodes(cfg, names, hub.connect, callback, log)
     start = min(n.round for n in nodes)
     log(f"sim: {len(nodes)} nodes, rounds {start}..{cfg.rounds - 1}, output in {cfg.out_dir}/")
-    for r in range(start, cfg.rounds):
+    try:
+        for r in range(start, cfg.rounds):
+            for node in nodes:
+                if node.round == r:
+                    node.run_round()
         for node in nodes:
-            if node.round == r:
-                node.run_round()
-    for node in nodes:
-        node.save()
+            node.save()
+    finally:
+        for node in nodes:
+            node.backend.close()
     log(summary_table(nodes))
     return nodes
 

@@ -70,6 +70,9 @@ class Backend(Protocol):
 
     def trainable_parameters(self) -> int: ...
 
+    def close(self) -> None:
+        """Release this node's adapter (and the base weights when no node uses them any more)."""
+
     def memory_report(self) -> dict[str, float]:
         """At least peak_rss_mb; accelerator figures where there is one."""
 

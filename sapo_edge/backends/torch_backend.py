@@ -318,6 +318,16 @@ class TorchBackend:
                 f"checkpoint {directory} has adapter weights this model lacks: {result.unexpected_keys[:3]}"
             )
 
+    def close(self) -> None:
+        """Drop this node's adapter; the shared base goes with the last one."""
+        for key, shared in list(_SHARED.items()):
+            if shared.model is self.model and self.adapter in shared.adapters:
+                shared.adapters.discard(self.adapter)
+                if shared.adapters:
+                    self.model.delete_adapter(self.adapter)
+                else:
+                    del _SHARED[key]
+
     # ---------------------------------------------------------------------------- report
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.params)
