@@ -6,10 +6,9 @@ import re
 
 OPEN, CLOSE = "<answer>", "</answer>"
 
+# Short on purpose: every prompt token is re-processed for each of the G completions in training.
 SYSTEM_PROMPT = (
-    "You are a careful problem solver. Think through the problem briefly, then give your final "
-    "answer alone inside <answer></answer> tags at the very end, for example <answer>42</answer>. "
-    "Put nothing but the answer inside the tags."
+    "Think briefly, then end with the final answer alone in tags, e.g. <answer>42</answer>."
 )
 
 # A number: optional minus (not when it follows a word or ")" as in "x-1" or "(3)-2"), digits with

@@ -20,7 +20,7 @@ from .trainer import Callback, Node, PrintCallback, read_rewards
 
 def node_id_for(name: str) -> str:
     """A stable id for a named node (the network issue replaces this with a key-pair identity)."""
-    return hashlib.sha256(f"sapo-edge-node:{name}".encode()).hexdigest()[:16]
+    return f"{name}-{hashlib.sha256(f'sapo-edge-node:{name}'.encode()).hexdigest()[:8]}"
 
 
 def build_nodes(
