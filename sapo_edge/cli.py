@@ -26,39 +26,18 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
         help_ = f.metadata.get("help", "")
         kind = f.type if isinstance(f.type, str) else f.type.__name__
         if kind == "bool":
-            p.add_argument(
-                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_
-            )
+            kw: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
         elif kind == "list":
-            p.add_argument(flag, dest=f.name, type=_csv, default=None, metavar="A,B", help=help_)
+            kw = {"type": _csv, "metavar": "A,B"}
+        elif f.name == "domains":
+            kw = {"type": _domains, "metavar": "D1,D2[:W]"}
+            help_ += " Flag form: comma list, optional :weight."
         elif kind == "dict":
-            if f.name == "domains":
-                p.add_argument(
-                    flag,
-                    dest=f.name,
-                    type=_domains,
-                    default=None,
-                    metavar="D1,D2[:W]",
-                    help=help_ + " Flag form: comma list, optional :weight.",
-                )
-            else:
-                p.add_argument(
-                    flag,
-                    dest=f.name,
-                    type=_json_table,
-                    default=None,
-                    metavar="JSON",
-                    help=help_ + " Flag form: a JSON object.",
-                )
+            kw = {"type": _json_table, "metavar": "JSON"}
+            help_ += " Flag form: a JSON object."
         else:
-            p.add_argument(
-                flag,
-                dest=f.name,
-                type={"int": int, "float": float, "str": str}[kind],
-                default=None,
-                metavar=f.name.upper(),
-                help=help_,
-            )
+            kw = {"type": {"int": int, "float": float, "str": str}[kind], "metavar": f.name.upper()}
+        p.add_argument(flag, dest=f.name, default=None, help=help_, **kw)
 
 
 def _csv(text: str) -> list[str]:

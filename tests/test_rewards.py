@@ -5,19 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.rewards import RewardConfig, score_completion
 from sapo_edge.tasks import Task, TaskRef, regenerate, verifier_score
-
-ONE_DIGIT_ADD = {
-    "min_terms": 2,
-    "max_terms": 2,
-    "min_digits": 1,
-    "max_digits": 1,
-    "operators": ["+"],
-    "allow_parentheses": False,
-    "allow_negation": False,
-}
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import re
 import pytest
 import reasoning_gym
 from reasoning_gym.arithmetic.basic_arithmetic import BasicArithmeticDataset
+from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.rewards import score_completion
 from sapo_edge.tasks import (
@@ -21,16 +22,6 @@ from sapo_edge.tasks import (
     regenerate,
     verifier_score,
 )
-
-ONE_DIGIT_ADD = {
-    "min_terms": 2,
-    "max_terms": 2,
-    "min_digits": 1,
-    "max_digits": 1,
-    "operators": ["+"],
-    "allow_parentheses": False,
-    "allow_negation": False,
-}
 
 
 def correct_answer(task: Task) -> str:

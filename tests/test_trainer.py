@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.backends.base import Generation, Sample, StepStats
 from sapo_edge.config import Config
@@ -18,16 +19,6 @@ from sapo_edge.rollout import RolloutGroup, encode_batch
 from sapo_edge.swarm.transport import InProcessHub
 from sapo_edge.tasks import TaskRef
 from sapo_edge.trainer import Node
-
-ADDITION = {
-    "min_terms": 2,
-    "max_terms": 2,
-    "min_digits": 1,
-    "max_digits": 1,
-    "operators": ["+"],
-    "allow_parentheses": False,
-    "allow_negation": False,
-}
 
 
 class ScriptedBackend:
@@ -91,7 +82,7 @@ def make_cfg(tmp_path: Path, **kw) -> Config:
     base = dict(
         model="scripted",
         domains={"basic_arithmetic": 1.0},
-        domain_configs={"basic_arithmetic": ADDITION},
+        domain_configs={"basic_arithmetic": ONE_DIGIT_ADD},
         questions_per_round=2,
         group_size=4,
         local_samples=2,
@@ -174,7 +165,7 @@ def test_forged_answer_and_rewards_are_replaced_by_local_verification(tmp_path):
     hub = InProcessHub()
     node = make_node(cfg, "a", hub.connect("id-a"))
     liar = hub.connect("id-liar")
-    ref = TaskRef.make("basic_arithmetic", ADDITION, seed=12345, index=3)
+    ref = TaskRef.make("basic_arithmetic", ONE_DIGIT_ADD, seed=12345, index=3)
     from sapo_edge.tasks import regenerate
 
     truth = regenerate(ref).answer
@@ -199,7 +190,9 @@ def test_bad_payloads_and_foreign_tasks_are_counted_not_fatal(tmp_path):
     peer = hub.connect("id-peer")
     peer.publish(b"{not json")
     peer.publish(b'{"version": 99, "groups": []}')
-    other_config = TaskRef.make("basic_arithmetic", {**ADDITION, "max_digits": 9}, seed=1, index=0)
+    other_config = TaskRef.make(
+        "basic_arithmetic", {**ONE_DIGIT_ADD, "max_digits": 9}, seed=1, index=0
+    )
     peer.publish(encode_batch([_forged_group(other_config, ["<answer>1</answer>", "2", "3", "4"])]))
     report = node.run_round()
     assert report.pool["bad_json"] == 1
