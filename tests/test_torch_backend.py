@@ -90,3 +90,29 @@ def test_load_rejects_a_checkpoint_of_another_lora_shape(tiny_qwen, tmp_path):
 def test_unknown_lora_targets_get_a_clear_error(tiny_qwen):
     with pytest.raises(ValueError, match="lora_targets"):
         _backend(tiny_qwen, "bad_targets", lora_targets=["no_such_proj"])
+
+
+def test_logprobs_with_prefix_sharing_match_a_plain_forward_pass(tiny_qwen):
+    import torch
+
+    b = _backend(tiny_qwen, "parity", micro_batch_size=3)
+    long_q = [{"role": "user", "content": "Calculate 2 + 3 and then explain every step in detail."}]
+    samples = [
+        GOOD,
+        BAD,
+        Sample(MSGS, "7", 0.5, finished=False),
+        Sample(long_q, "<answer>5</answer>", 1.0),
+        Sample(long_q, "five", -1.0),
+    ]
+    got = b.logprobs(samples)
+    for s, lp in zip(samples, got, strict=True):
+        prompt = b._prompt_ids(s.messages)
+        comp = b.tok(s.completion, add_special_tokens=False)["input_ids"] + (
+            [b.eos_ids[0]] if s.finished else []
+        )
+        with torch.no_grad():
+            logits = b.model(input_ids=torch.tensor([prompt + comp])).logits[0].float()
+        ref = torch.log_softmax(logits[len(prompt) - 1 : -1], -1).gather(
+            -1, torch.tensor(comp)[:, None]
+        )[:, 0]
+        assert lp == pytest.approx(ref.tolist(), abs=1e-4)
