@@ -22,6 +22,8 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
     for f in dataclasses.fields(Config):
         if f.name == "nodes" and command != "sim":
             continue
+        if f.metadata.get("command", command) != command:
+            continue
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
         kind = f.type if isinstance(f.type, str) else f.type.__name__
@@ -30,7 +32,15 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
                 flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_
             )
         elif kind == "list":
-            p.add_argument(flag, dest=f.name, type=_csv, default=None, metavar="A,B", help=help_)
+            p.add_argument(
+                flag,
+                dest=f.name,
+                type=_csv,
+                action="extend",
+                default=None,
+                metavar="A,B",
+                help=help_,
+            )
         elif kind == "dict":
             if f.name == "domains":
                 p.add_argument(
@@ -111,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_flags(sim, "sim")
     sub.add_parser("models", help="list built-in model aliases and the model cache folder")
+    relay = sub.add_parser(
+        "relay", help="forward signed rollout batches among nodes that cannot see each other"
+    )
+    relay.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    relay.add_argument("--port", type=int, default=7745, help="port to listen on (default 7745)")
+    relay.add_argument(
+        "--max-messages-per-minute", type=int, default=120, help="per node (default 120)"
+    )
+    relay.add_argument("--max-connections-per-ip", type=int, default=16, help="default 16")
+    relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
     return parser
 
 
@@ -135,6 +155,21 @@ def main(argv: list[str] | None = None) -> int:
             for alias, what in ALIASES.items():
                 print(f"{alias:<16} {what}")
             print(f"cache: {cache_dir()}")
+            return 0
+        if args.command == "relay":
+            from .swarm.relay import RelayLimits, run_relay
+
+            if not 0 < args.port < 65536:
+                raise ConfigError(f"--port {args.port}: use a port between 1 and 65535.")
+            run_relay(
+                args.host,
+                args.port,
+                RelayLimits(
+                    messages_per_minute=args.max_messages_per_minute,
+                    connections_per_ip=args.max_connections_per_ip,
+                    connections_total=args.max_connections,
+                ),
+            )
             return 0
         cfg = config_from_args(args)
         from . import runner  # heavy imports only once the flags are known to be good

@@ -224,7 +224,7 @@ def parse_message(data: bytes | str, max_bytes: int = MAX_MESSAGE_BYTES) -> Mess
 # --- building messages ------------------------------------------------------------------------
 
 
-def _dump(obj: dict[str, Any]) -> bytes:
+def dump_message(obj: dict[str, Any]) -> bytes:
     return dumps_canonical(obj).encode("utf-8")
 
 
@@ -239,7 +239,7 @@ def make_hello(
     role: str = "node",
     name: str | None = None,
 ) -> bytes:
-    return _dump(
+    return dump_message(
         {
             "type": "hello",
             "version": PROTOCOL_VERSION,
@@ -262,7 +262,7 @@ def auth_transcript(nonce: str, node_id: str, room: str) -> bytes:
 
 def make_auth(ident: Identity, peer_nonce: str, room: str, key: bytes) -> bytes:
     t = auth_transcript(peer_nonce, ident.node_id, room)
-    return _dump(
+    return dump_message(
         {
             "type": "auth",
             "signature": ident.sign(t).hex(),
@@ -285,7 +285,7 @@ def check_auth(auth: Auth, hello: Hello, my_nonce: str, room: str, key: bytes | 
 
 
 def make_bye(reason: str, message: str) -> bytes:
-    return _dump({"type": "bye", "reason": reason[:40], "message": message[:500]})
+    return dump_message({"type": "bye", "reason": reason[:40], "message": message[:500]})
 
 
 def make_rollouts(
@@ -312,7 +312,7 @@ def make_rollouts(
         }
     )
     raw = body.encode("utf-8")
-    msg = _dump(
+    msg = dump_message(
         {
             "type": "rollouts",
             "sender": ident.node_id,
