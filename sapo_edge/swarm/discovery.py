@@ -115,7 +115,7 @@ class LanDiscovery:
             server=f"sapo-{self.node_id[:16]}.local.",
         )
         try:
-            await self._azc.async_register_service(self._info)
+            await (await self._azc.async_register_service(self._info))  # probed, announced
         except Exception as e:  # noqa: BLE001 - no multicast here: keep running without mDNS
             self.log(f"mDNS registration failed ({e}); LAN discovery is off, use --peer.")
         self._browser = AsyncServiceBrowser(self._azc.zeroconf, SERVICE, handlers=[self._on_change])
@@ -155,14 +155,15 @@ class LanDiscovery:
         self.on_found(advert.node_id, hosts[0], advert.port)
 
     async def close(self) -> None:
+        """Say goodbye on the LAN (peers see us vanish at once), then stop browsing."""
         for t in list(self._tasks):
             t.cancel()
+        if self._azc is not None and self._info is not None:
+            try:
+                await (await self._azc.async_unregister_service(self._info))  # goodbyes sent
+            except Exception:  # noqa: BLE001 - it may never have registered
+                pass
         if self._browser is not None:
             await self._browser.async_cancel()
         if self._azc is not None:
-            if self._info is not None:
-                try:
-                    await self._azc.async_unregister_service(self._info)
-                except Exception:  # noqa: BLE001 - it may never have registered
-                    pass
             await self._azc.async_close()

@@ -98,6 +98,7 @@ class NetworkTransport:
         peers: list[str] | tuple[str, ...] = (),
         relay: str = "",
         mdns: bool = True,
+        mdns_interfaces: list[str] | None = None,
         model: str = "",
         backend: str = "",
         name: str | None = None,
@@ -118,6 +119,7 @@ class NetworkTransport:
         self.room, self.key = room_hash(room), room_key(room, secret)
         self.listen, self.manual, self.relay_url = listen, list(peers), relay
         self.mdns, self.model, self.backend = mdns, model, backend
+        self.mdns_interfaces = mdns_interfaces  # e.g. ["127.0.0.1"] in tests; None = all
         self.heartbeat, self.handshake_timeout = heartbeat, handshake_timeout
         self.queue_limit, self.inbox_limit = queue_limit, inbox_limit
         self.reconnect_base, self.reconnect_max = reconnect_base, reconnect_max
@@ -197,15 +199,23 @@ class NetworkTransport:
         return items
 
     def describe(self) -> str:
+        """e.g. '2 peers connected (1 lan, 1 manual); relay up, 3 nodes heard in 5 min'."""
+        recent = time.time() - 300.0
         with self._lock:
-            vias = Counter(s.via for s in self._stats.values() if s.connected and s.via != "relay")
-            relay = any(k.startswith("relay:") for k in self._links)
-            via_relay = sum(1 for s in self._stats.values() if s.via == "relay" and s.last_seen)
-        parts = [f"{n} {v}" for v, n in sorted(vias.items())]
+            direct = [s.via for k, s in self._stats.items() if k in self._links and s.node_id]
+            relay_up = any(k.startswith("relay:") for k in self._links)
+            heard = sum(
+                1
+                for s in self._stats.values()
+                if s.node_id and s.via == "relay" and s.last_seen > recent
+            )
+        vias = Counter(direct)
+        text = f"{len(direct)} peer{'s' if len(direct) != 1 else ''} connected"
+        if vias:
+            text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(vias.items())) + ")"
         if self.relay_url:
-            parts.append(f"relay {'up' if relay else 'down'} ({via_relay} seen)")
-        total = sum(vias.values())
-        return f"{total} peer{'s' if total != 1 else ''} connected ({', '.join(parts) or 'none yet'}) on :{self.port}"
+            text += f"; relay {'up' if relay_up else 'down'}, {heard} node{'s' if heard != 1 else ''} heard in 5 min"
+        return text + f"; listening on :{self.port}"
 
     def peers(self) -> list[PeerInfo]:
         with self._lock:
@@ -298,24 +308,35 @@ class NetworkTransport:
         if self.relay_url:
             self._dial(self.relay_url, "relay")
         if self.mdns:
-            from .discovery import LanDiscovery
+            self._spawn(self._start_discovery())
 
-            self._discovery = LanDiscovery(
-                self.ident.node_id,
-                self.room,
-                self.port,
-                self.model,
-                on_found=self._on_found,
-                on_lost=self._on_lost,
-                log=self.log,
-            )
-            await self._discovery.start()
+    async def _start_discovery(self) -> None:
+        """Advertise and browse in the background: mDNS probing takes a second or two."""
+        from .discovery import LanDiscovery
+
+        disc = LanDiscovery(
+            self.ident.node_id,
+            self.room,
+            self.port,
+            self.model,
+            on_found=self._on_found,
+            on_lost=self._on_lost,
+            log=self.log,
+            interfaces=self.mdns_interfaces,
+            addresses=self.mdns_interfaces,
+        )
+        self._discovery = disc
+        try:
+            await disc.start()
+        except OSError as e:
+            self.log(f"LAN discovery is off ({e}); use --peer HOST:PORT or --relay.")
+            self._discovery = None
 
     async def _shutdown(self) -> None:
-        if self._discovery is not None:
-            await self._discovery.close()
         for t in list(self._dials.values()) + list(self._tasks):
             t.cancel()
+        if self._discovery is not None:
+            await self._discovery.close()
         for link in list(self._links.values()):
             try:
                 await link.ws.send_bytes(make_bye("shutdown", "the node is stopping."))
