@@ -287,7 +287,7 @@ class NetworkTransport:
     async def _startup(self) -> None:
         app = web.Application()
         app.router.add_get("/ws", self._serve_ws)
-        app.router.add_get("/healthz", lambda _r: web.Response(text="ok"))
+        app.router.add_get("/healthz", _healthz)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         host, _, port = self.listen.rpartition(":")
@@ -598,3 +598,7 @@ class NetworkTransport:
             self.counters["muted"] += 1
         self.log(f"peer {st.name or key[:16]} muted for {st.muted_until - now:.0f} s ({reason})")
         return True
+
+
+async def _healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")

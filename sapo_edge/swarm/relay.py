@@ -77,7 +77,7 @@ class Relay:
     def make_app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/ws", self.serve_ws)
-        app.router.add_get("/healthz", lambda _r: web.Response(text="ok"))
+        app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/stats", self.stats_view)
         return app
 
@@ -92,6 +92,9 @@ class Relay:
             "connections_refused": c["refused"],
             "rejected": {k.split(":", 1)[1]: v for k, v in c.items() if k.startswith("rejected:")},
         }
+
+    async def healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
 
     async def stats_view(self, _request: web.Request) -> web.Response:
         return web.json_response(self.stats())
