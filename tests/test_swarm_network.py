@@ -18,7 +18,6 @@ from sapo_edge.swarm.peer import HandshakeError, handshake, read_raw
 from sapo_edge.swarm.protocol import make_hello, make_rollouts, new_nonce, room_hash, room_key
 
 
-
 @pytest.fixture
 def nodes():
     made = []
