@@ -81,11 +81,13 @@ class LanDiscovery:
         on_found: Callable[[str, str, int], None],
         on_lost: Callable[[str], None],
         log: Callable[[str], None] = print,
+        on_event: Callable[[], None] | None = None,
         interfaces: list[str] | None = None,
         addresses: list[str] | None = None,
     ) -> None:
         self.node_id, self.room, self.port, self.model = node_id, room, port, model
         self.on_found, self.on_lost, self.log = on_found, on_lost, log
+        self.on_event = on_event or (lambda: None)  # after every browse event is handled
         self.interfaces, self.addresses = interfaces, addresses
         self.found: dict[str, str] = {}  # service name -> node id
         self.ignored: dict[str, int] = {}  # reason -> count
@@ -127,12 +129,19 @@ class LanDiscovery:
             node_id = self.found.pop(name, None)
             if node_id:
                 self.on_lost(node_id)
+            self.on_event()
             return
         task = asyncio.get_running_loop().create_task(self._resolve(service_type, name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _resolve(self, service_type: str, name: str) -> None:
+        try:
+            await self._resolve_one(service_type, name)
+        finally:
+            self.on_event()
+
+    async def _resolve_one(self, service_type: str, name: str) -> None:
         assert self._azc is not None
         info = AsyncServiceInfo(service_type, name)
         if not await info.async_request(self._azc.zeroconf, 3000):

@@ -138,6 +138,7 @@ class NetworkTransport:
         self._stats: dict[str, _Stats] = {}
         self.counters: Counter = Counter()  # totals: published, delivered, duplicate, rejected:*
         self._links: dict[str, _Link] = {}
+        self._lan: set[str] = set()  # node ids that mDNS currently shows in our room
         self._dials: dict[str, asyncio.Task] = {}  # target -> dial loop
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -257,6 +258,11 @@ class NetworkTransport:
         with self._lock:
             return list(self._links)
 
+    def lan_peers(self) -> set[str]:
+        """Node ids that LAN discovery currently shows in this room."""
+        with self._lock:
+            return set(self._lan)
+
     def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
         """Block until predicate() holds (re-checked on every network event) or timeout."""
         with self._changed:
@@ -322,6 +328,7 @@ class NetworkTransport:
             on_found=self._on_found,
             on_lost=self._on_lost,
             log=self.log,
+            on_event=self._notify,
             interfaces=self.mdns_interfaces,
             addresses=self.mdns_interfaces,
         )
@@ -364,6 +371,13 @@ class NetworkTransport:
     # discovery callbacks (loop thread)
     def _on_found(self, node_id: str, host: str, port: int) -> None:
         target = f"{host}:{port}"
+        with self._lock:
+            self._lan.add(node_id)
+        link = self._links.get(node_id)
+        if link is not None and link.via == "manual":  # it dialed us first: it is on our LAN
+            link.via = "lan"
+            with self._lock:
+                self._stats[node_id].via = "lan"
         if node_id != self.ident.node_id and f"lan:{node_id}" not in self._dials:
             self._dial(target, "lan", dial_key=f"lan:{node_id}", node_id=node_id)
 
@@ -371,6 +385,8 @@ class NetworkTransport:
         task = self._dials.pop(f"lan:{node_id}", None)
         if task:
             task.cancel()
+        with self._lock:
+            self._lan.discard(node_id)
 
     def _dial(self, target: str, via: str, dial_key: str | None = None, node_id: str = "") -> None:
         key = dial_key or f"{via}:{target}"
@@ -454,8 +470,8 @@ class NetworkTransport:
             return ws
         except (ConnectionError, RuntimeError):
             return ws
-        lan = self._discovery is not None and hello.node_id in self._discovery.found.values()
-        via = "lan" if lan else "manual"
+        with self._lock:
+            via = "lan" if hello.node_id in self._lan else "manual"
         await self._run_link(ws, hello, via, hello.node_id, dialer=hello.node_id)
         return ws
 
