@@ -4,6 +4,8 @@ leaves is forgotten. TXT records from the network are parsed defensively."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from swarm_util import batch_for, net
 
@@ -31,8 +33,10 @@ def test_txt_records_are_parsed_defensively() -> None:
 def lan():
     made = []
 
+    room = f"test-{uuid.uuid4().hex[:8]}"  # other test runs on this machine stay out
+
     def make(**kw):
-        n = net(mdns=True, mdns_interfaces=["127.0.0.1"], **kw)
+        n = net(mdns=True, mdns_interfaces=["127.0.0.1"], **{"room": room, **kw})
         made.append(n)
         return n
 
