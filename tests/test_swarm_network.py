@@ -214,6 +214,32 @@ def test_a_flooding_peer_is_muted_and_its_batches_dropped(nodes) -> None:
     assert node.receive() == [] and next(p for p in node.peers() if p.node_id == me.node_id).muted
 
 
+def test_a_flood_of_valid_batches_is_rate_limited_and_crowds_out_no_one(nodes) -> None:
+    node = nodes(max_batches_per_minute=5, reject_threshold=1000)
+    flooder, polite = Identity.generate(), Identity.generate()
+
+    async def go() -> None:
+        s1, ws1 = await _client(node, flooder)
+        s2, ws2 = await _client(node, polite)
+        try:
+            for i in range(20):
+                await ws1.send_bytes(_signed(flooder, start=2 * i))
+            await ws2.send_bytes(_signed(polite))
+            done = lambda: node.rejections(flooder.node_id)["rate_limited"] == 15  # noqa: E731
+            assert await asyncio.to_thread(node.wait_for, done, 5)
+            assert await asyncio.to_thread(
+                node.wait_for, lambda: node.counters["delivered"] == 6, 5
+            )
+        finally:
+            for ws, s in ((ws1, s1), (ws2, s2)):
+                await ws.close()
+                await s.close()
+
+    asyncio.run(go())
+    senders = [s for s, _ in node.receive()]
+    assert senders.count(flooder.node_id) == 5 and senders.count(polite.node_id) == 1
+
+
 def test_a_peer_that_never_answers_pings_is_dropped(nodes) -> None:
     node = nodes(heartbeat=0.3)
     me = Identity.generate()

@@ -100,6 +100,7 @@ def test_a_good_hello_and_bye_parse() -> None:
         (json.dumps(hello_dict(nonce="XYZ")).encode(), "bad_value"),
         (json.dumps(hello_dict(role="boss")).encode(), "bad_value"),
         (json.dumps(hello_dict(capabilities=[1])).encode(), "bad_type"),
+        (json.dumps(hello_dict(name="evil\x1b[2J")).encode(), "bad_value"),
     ],
 )
 def test_every_bad_message_is_refused_with_its_reason(data: bytes, reason: str) -> None:

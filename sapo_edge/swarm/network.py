@@ -70,6 +70,7 @@ class _Stats:
     rejected: int = 0
     reasons: Counter = field(default_factory=Counter)
     recent: deque = field(default_factory=deque)  # times of recent rejections
+    batches: deque = field(default_factory=deque)  # times of recent batches (rate limit)
     muted_until: float = 0.0
     mutes: int = 0
 
@@ -113,6 +114,8 @@ class NetworkTransport:
         mute_base: float = 30.0,
         window_s: float = 300.0,
         stale_rounds: int = 10,
+        max_batches_per_minute: int = 60,
+        max_tracked: int = 4096,
         log: Callable[[str], None] = print,
     ) -> None:
         self.ident, self.name = identity, name or identity.name
@@ -128,6 +131,7 @@ class NetworkTransport:
             reject_window,
             mute_base,
         )
+        self.max_batches_per_minute, self.max_tracked = max_batches_per_minute, max_tracked
         self.log = log
         self.verifier = RolloutVerifier(
             self.room, self.key, window_s=window_s, stale_rounds=stale_rounds
@@ -447,7 +451,7 @@ class NetworkTransport:
 
     def _note_handshake_failure(self, key: str, e: HandshakeError) -> None:
         if e.reason == "same_identity":
-            self.log(f"peer {key}: {e}")
+            self.log(f"peer {key}: {_printable(str(e))}")
         self._reject(key, e.reason)
 
     async def _serve_ws(self, request: web.Request) -> web.WebSocketResponse:
@@ -514,7 +518,7 @@ class NetworkTransport:
                     st.last_seen = time.time()
                 if isinstance(msg, Bye):
                     if msg.reason == "same_identity":
-                        self.log(f"peer {hello.name}: {msg.message}")
+                        self.log(f"peer {hello.name}: {_printable(msg.message)}")
                     break
                 if isinstance(msg, Rollouts):
                     if self._on_rollouts(msg, key, via="relay" if relay else via):
@@ -545,10 +549,18 @@ class NetworkTransport:
         if msg.sender == self.ident.node_id:
             return False  # our own batch, echoed
         sender_st = self._stats.get(msg.sender)
-        if sender_st and sender_st.muted_until > time.time():
+        now = time.time()
+        if sender_st and sender_st.muted_until > now:
             with self._lock:
                 self.counters["dropped_muted"] += 1
             return False
+        if sender_st:  # a flood of even valid batches must not crowd out the other peers
+            recent = sender_st.batches
+            while recent and recent[0] < now - 60.0:
+                recent.popleft()
+            if len(recent) >= self.max_batches_per_minute:
+                return self._reject(msg.sender, "rate_limited") and not relay
+            recent.append(now)
         try:
             batch = self.verifier.verify(msg, route)
         except ProtocolError as e:
@@ -579,8 +591,12 @@ class NetworkTransport:
         with self._lock:
             st = self._stats.get(key)
             if st is None:
+                if len(self._stats) >= self.max_tracked:  # forget the longest-silent stranger
+                    idle = [k for k, v in self._stats.items() if not v.connected]
+                    if idle:
+                        del self._stats[min(idle, key=lambda k: self._stats[k].last_seen)]
                 st = self._stats[key] = _Stats(via=via)
-                if len(key) == 32:  # a node id
+                if _is_node_id(key):
                     st.node_id = key
             if hello is not None:
                 st.name, st.node_id, st.model, st.backend = (
@@ -606,14 +622,23 @@ class NetworkTransport:
             while st.recent and st.recent[0] < now - self.reject_window:
                 st.recent.popleft()
             self._changed.notify_all()
-            if key.startswith("relay:") or len(st.recent) < self.reject_threshold:
-                return False
+            if not _is_node_id(key) or len(st.recent) < self.reject_threshold:
+                return False  # only a proven identity is muted, never an address or the relay
             st.mutes += 1
             st.muted_until = now + min(3600.0, self.mute_base * 2 ** (st.mutes - 1))
             st.recent.clear()
             self.counters["muted"] += 1
         self.log(f"peer {st.name or key[:16]} muted for {st.muted_until - now:.0f} s ({reason})")
         return True
+
+
+def _is_node_id(key: str) -> bool:
+    return len(key) == 32 and all(c in "0123456789abcdef" for c in key)
+
+
+def _printable(text: str) -> str:
+    """A peer's text made safe for a terminal line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 async def _healthz(_request: web.Request) -> web.Response:

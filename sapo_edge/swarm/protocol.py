@@ -193,6 +193,9 @@ def parse_message(data: bytes | str, max_bytes: int = MAX_MESSAGE_BYTES) -> Mess
             )
         if d["role"] not in ROLES:
             raise ProtocolError("bad_value", f"hello.role must be one of {', '.join(ROLES)}.")
+        for key in ("name", "model", "backend"):
+            if not d[key].isprintable():
+                raise ProtocolError("bad_value", f"hello.{key} holds control characters.")
         pub = bytes.fromhex(d["public_key"])
         if node_id_for_key(pub) != d["node_id"]:
             raise ProtocolError("bad_identity", "hello.node_id is not the hash of its public key.")
@@ -375,7 +378,7 @@ class RolloutVerifier:
         self.room, self.key, self.window_s = room, key, window_s
         self.stale_rounds, self.limits, self.max_seen = stale_rounds, limits, max_seen
         self.seen: OrderedDict[str, str] = OrderedDict()  # batch id -> route it first came by
-        self.last_round: dict[str, int] = {}
+        self.last_round: OrderedDict[str, int] = OrderedDict()  # sender -> highest round
 
     def verify(self, msg: Rollouts, route: str, now: float | None = None) -> VerifiedBatch | None:
         """A VerifiedBatch, None for a duplicate by another route, or ProtocolError."""
@@ -413,4 +416,7 @@ class RolloutVerifier:
         while len(self.seen) > self.max_seen:
             self.seen.popitem(last=False)
         self.last_round[msg.sender] = max(body["round"], last or 0)
+        self.last_round.move_to_end(msg.sender)
+        while len(self.last_round) > 10_000:
+            self.last_round.popitem(last=False)
         return VerifiedBatch(body["id"], msg.sender, body["round"], payload, len(groups))
