@@ -148,11 +148,11 @@ class Relay:
         return hello
 
     async def _serve_client(self, ws: web.WebSocketResponse, hello: Hello, ip: str) -> None:
-        room = self.rooms.setdefault(hello.room, {})
-        old = room.get(hello.node_id)
+        old = self.rooms.get(hello.room, {}).get(hello.node_id)
         if old is not None:  # the same key reconnected: the new connection wins
             await old.ws.send_bytes(make_bye("replaced", "a newer connection took over."))
             await old.ws.close()
+        room = self.rooms.setdefault(hello.room, {})  # after the awaits: the room may be new
         client = _Client(
             hello.node_id, hello.name, hello.room, ip, ws, Outbox(ws, self.limits.queue_limit)
         )
@@ -187,8 +187,8 @@ class Relay:
             client.outbox.close()
             if room.get(hello.node_id) is client:
                 del room[hello.node_id]
-                if not room:
-                    self.rooms.pop(hello.room, None)
+                if not room and self.rooms.get(hello.room) is room:
+                    del self.rooms[hello.room]
             async with self.changed:
                 self.changed.notify_all()
 
