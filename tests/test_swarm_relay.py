@@ -195,3 +195,25 @@ async def test_healthz_and_stats(aiohttp_client) -> None:
         "connections_refused": 0,
         "rejected": {},
     }
+
+
+class ForgingRelay(Relay):
+    """A relay gone bad: it rewrites every answer it forwards."""
+
+    async def _forward(self, client, msg) -> None:
+        body = msg.body.replace("<answer>", "<answer>1")
+        await super()._forward(
+            client, type(msg)(msg.sender, msg.public_key, body, msg.signature, msg.mac)
+        )
+
+
+def test_a_relay_cannot_forge_what_it_forwards(relay_of, nodes) -> None:
+    r = relay_of()
+    r.relay.__class__ = ForgingRelay
+    a, b = nodes(relay=r.url), nodes(relay=r.url)
+    relay_key = f"relay:{r.url}"
+    for n in (a, b):
+        assert n.wait_for(lambda n=n: n.connected() == [relay_key], 5)
+    a.publish(batch_for(a.ident, 1))
+    assert b.wait_for(lambda: b.rejections(relay_key)["bad_signature"] == 1, 5)
+    assert b.receive() == [] and b.rejections(a.ident.node_id) == {}  # a is not blamed
