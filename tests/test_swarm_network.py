@@ -55,6 +55,8 @@ def test_three_nodes_exchange_rollouts_directly(nodes) -> None:
         )
         assert n.receive() == []  # drained
         assert "2 peers connected" in n.describe()
+    a.publish(batch_for(b.ident, 2))  # not a's groups: never sent (every peer would refuse it)
+    assert a.counters["published"] == 1
     rows = {p.node_id: p for p in a.peers()}
     assert rows[b.ident.node_id].groups_accepted == 2 and rows[b.ident.node_id].name == b.ident.name
     assert rows[c.ident.node_id].via == "manual" and rows[c.ident.node_id].connected

@@ -186,6 +186,11 @@ class NetworkTransport:
             return
         if not groups:
             return
+        if any(g.producer != self.ident.node_id for g in groups):
+            self.log(
+                "not publishing: groups must name this node's id as producer (peers refuse others)."
+            )
+            return
         msg, batch_id = make_rollouts(
             self.ident, self.room, self.key, payload, max(g.round for g in groups)
         )
