@@ -217,3 +217,28 @@ def test_a_relay_cannot_forge_what_it_forwards(relay_of, nodes) -> None:
     a.publish(batch_for(a.ident, 1))
     assert b.wait_for(lambda: b.rejections(relay_key)["bad_signature"] == 1, 5)
     assert b.receive() == [] and b.rejections(a.ident.node_id) == {}  # a is not blamed
+
+
+def test_relay_caps_connections_in_total_and_a_reconnect_replaces_the_old_link(relay_of) -> None:
+    r = relay_of(connections_total=2)
+    me = Identity.generate()
+
+    async def go() -> None:
+        s1, old = await _client(r, me)
+        s2, new = await _client(r, me)  # the same key again, e.g. after a network change
+        try:
+            raw = await read_raw(old, timeout=5)
+            assert isinstance(raw, bytes) and b'"reason":"replaced"' in raw
+            assert r.wait_for(lambda: nodes_in(r) == 1 and r.relay.connections == 1)
+            async with aiohttp.ClientSession() as s:
+                other = await s.ws_connect(f"{r.url}/ws")  # the second of two allowed
+                with pytest.raises(aiohttp.WSServerHandshakeError):
+                    await s.ws_connect(f"{r.url}/ws")
+                await other.close()
+            assert r.relay.stats()["connections_refused"] == 1
+        finally:
+            for ws, s in ((old, s1), (new, s2)):
+                await ws.close()
+                await s.close()
+
+    asyncio.run(go())
