@@ -21,6 +21,7 @@ from sapo_edge.rollout import RolloutError, decode_batch
 
 from .identity import Identity
 from .peer import Closed, HandshakeError, Outbox, handshake, read_message
+from .peerbook import PeerBook, PeerInfo, PeerStats, printable
 from .protocol import (
     MAX_MESSAGE_BYTES,
     Bye,
@@ -36,43 +37,6 @@ from .protocol import (
 
 # Reasons that say the route (the connection) misbehaved rather than a signer we could verify.
 _ROUTE_REASONS = {"bad_identity", "bad_signature"}
-
-
-@dataclass
-class PeerInfo:
-    """One row of peers(): what the dashboard shows about a peer."""
-
-    name: str
-    node_id: str
-    model: str
-    backend: str
-    via: str  # lan | relay | manual
-    connected: bool
-    last_seen: float
-    groups_received: int
-    groups_accepted: int
-    rejected: int
-    top_reason: str | None
-    muted: bool
-
-
-@dataclass
-class _Stats:
-    name: str = ""
-    node_id: str = ""
-    model: str = ""
-    backend: str = ""
-    via: str = ""
-    connected: bool = False
-    last_seen: float = 0.0
-    received: int = 0
-    accepted: int = 0
-    rejected: int = 0
-    reasons: Counter = field(default_factory=Counter)
-    recent: deque = field(default_factory=deque)  # times of recent rejections
-    batches: deque = field(default_factory=deque)  # times of recent batches (rate limit)
-    muted_until: float = 0.0
-    mutes: int = 0
 
 
 @dataclass
@@ -126,12 +90,7 @@ class NetworkTransport:
         self.heartbeat, self.handshake_timeout = heartbeat, handshake_timeout
         self.queue_limit, self.inbox_limit = queue_limit, inbox_limit
         self.reconnect_base, self.reconnect_max = reconnect_base, reconnect_max
-        self.reject_threshold, self.reject_window, self.mute_base = (
-            reject_threshold,
-            reject_window,
-            mute_base,
-        )
-        self.max_batches_per_minute, self.max_tracked = max_batches_per_minute, max_tracked
+        self.max_batches_per_minute = max_batches_per_minute
         self.log = log
         self.verifier = RolloutVerifier(
             self.room, self.key, window_s=window_s, stale_rounds=stale_rounds
@@ -139,8 +98,17 @@ class NetworkTransport:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified on any state change
         self._inbox: deque[tuple[str, bytes]] = deque()
-        self._stats: dict[str, _Stats] = {}
         self.counters: Counter = Counter()  # totals: published, delivered, duplicate, rejected:*
+        self.book = PeerBook(
+            self._changed,
+            self.counters,
+            reject_threshold=reject_threshold,
+            reject_window=reject_window,
+            mute_base=mute_base,
+            max_tracked=max_tracked,
+            log=log,
+        )
+        self._stats = self.book.stats  # key -> PeerStats, guarded by self._lock
         self._links: dict[str, _Link] = {}
         self._lan: set[str] = set()  # node ids that mDNS currently shows in our room
         self._dials: dict[str, asyncio.Task] = {}  # target -> dial loop
@@ -228,39 +196,12 @@ class NetworkTransport:
         return text + f"; listening on :{self.port}"
 
     def peers(self) -> list[PeerInfo]:
-        with self._lock:
-            rows = []
-            for s in self._stats.values():
-                if not s.node_id:
-                    continue
-                top = s.reasons.most_common(1)
-                rows.append(
-                    PeerInfo(
-                        s.name,
-                        s.node_id,
-                        s.model,
-                        s.backend,
-                        s.via,
-                        s.connected,
-                        s.last_seen,
-                        s.received,
-                        s.accepted,
-                        s.rejected,
-                        top[0][0] if top else None,
-                        s.muted_until > time.time(),
-                    )
-                )
-            return rows
+        """One row per peer heard of: name, id, model, backend, via, counts, top rejection."""
+        return self.book.peers()
 
     def rejections(self, key: str | None = None) -> Counter:
         """Rejection reasons for one peer key (node id, 'relay:URL', 'ip:ADDR'), or all of them."""
-        with self._lock:
-            if key is not None:
-                return Counter(self._stats[key].reasons) if key in self._stats else Counter()
-            total: Counter = Counter()
-            for s in self._stats.values():
-                total.update(s.reasons)
-            return total
+        return self.book.rejections(key)
 
     def connected(self) -> list[str]:
         """Keys of the live links: peer node ids and 'relay:URL'."""
@@ -456,7 +397,7 @@ class NetworkTransport:
 
     def _note_handshake_failure(self, key: str, e: HandshakeError) -> None:
         if e.reason == "same_identity":
-            self.log(f"peer {key}: {_printable(str(e))}")
+            self.log(f"peer {key}: {printable(str(e))}")
         self._reject(key, e.reason)
 
     async def _serve_ws(self, request: web.Request) -> web.WebSocketResponse:
@@ -523,7 +464,7 @@ class NetworkTransport:
                     st.last_seen = time.time()
                 if isinstance(msg, Bye):
                     if msg.reason == "same_identity":
-                        self.log(f"peer {hello.name}: {_printable(msg.message)}")
+                        self.log(f"peer {hello.name}: {printable(msg.message)}")
                     break
                 if isinstance(msg, Rollouts):
                     if self._on_rollouts(msg, key, via="relay" if relay else via):
@@ -559,13 +500,9 @@ class NetworkTransport:
             with self._lock:
                 self.counters["dropped_muted"] += 1
             return False
-        if sender_st:  # a flood of even valid batches must not crowd out the other peers
-            recent = sender_st.batches
-            while recent and recent[0] < now - 60.0:
-                recent.popleft()
-            if len(recent) >= self.max_batches_per_minute:
-                return self._reject(msg.sender, "rate_limited") and not relay
-            recent.append(now)
+        if sender_st and not self.book.rate_ok(sender_st, now, self.max_batches_per_minute):
+            # a flood of even valid batches must not crowd out the other peers
+            return self._reject(msg.sender, "rate_limited") and not relay
         try:
             batch = self.verifier.verify(msg, route)
         except ProtocolError as e:
@@ -592,58 +529,11 @@ class NetworkTransport:
         self._notify()
         return False
 
-    def _stat(self, key: str, hello: Hello | None, via: str) -> _Stats:
-        with self._lock:
-            st = self._stats.get(key)
-            if st is None:
-                if len(self._stats) >= self.max_tracked:  # forget the longest-silent stranger
-                    idle = [k for k, v in self._stats.items() if not v.connected]
-                    if idle:
-                        del self._stats[min(idle, key=lambda k: self._stats[k].last_seen)]
-                st = self._stats[key] = _Stats(via=via)
-                if _is_node_id(key):
-                    st.node_id = key
-            if hello is not None:
-                st.name, st.node_id, st.model, st.backend = (
-                    hello.name,
-                    hello.node_id,
-                    hello.model,
-                    hello.backend,
-                )
-                st.via = via
-            elif not st.name and st.node_id:
-                st.name = st.node_id[:8]
-            return st
+    def _stat(self, key: str, hello: Hello | None, via: str) -> PeerStats:
+        return self.book.stat(key, hello, via)
 
     def _reject(self, key: str, reason: str) -> bool:
-        """Count a rejection for `key`; True when it crosses the threshold and is now muted."""
-        st = self._stat(key, None, "")
-        now = time.time()
-        with self._lock:
-            self.counters[f"rejected:{reason}"] += 1
-            st.rejected += 1
-            st.reasons[reason] += 1
-            st.recent.append(now)
-            while st.recent and st.recent[0] < now - self.reject_window:
-                st.recent.popleft()
-            self._changed.notify_all()
-            if not _is_node_id(key) or len(st.recent) < self.reject_threshold:
-                return False  # only a proven identity is muted, never an address or the relay
-            st.mutes += 1
-            st.muted_until = now + min(3600.0, self.mute_base * 2 ** (st.mutes - 1))
-            st.recent.clear()
-            self.counters["muted"] += 1
-        self.log(f"peer {st.name or key[:16]} muted for {st.muted_until - now:.0f} s ({reason})")
-        return True
-
-
-def _is_node_id(key: str) -> bool:
-    return len(key) == 32 and all(c in "0123456789abcdef" for c in key)
-
-
-def _printable(text: str) -> str:
-    """A peer's text made safe for a terminal line."""
-    return "".join(c if c.isprintable() else "?" for c in text)
+        return self.book.reject(key, reason)
 
 
 async def _healthz(_request: web.Request) -> web.Response:
