@@ -20,7 +20,7 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
         "--config", metavar="FILE", help="TOML (or JSON) file of settings; flags override it."
     )
     for f in dataclasses.fields(Config):
-        if f.name == "nodes" and command != "sim":
+        if f.metadata.get("command", command) != command:
             continue
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
@@ -28,7 +28,11 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
         if kind == "bool":
             kw: dict[str, Any] = {"action": argparse.BooleanOptionalAction}
         elif kind == "list":
-            kw = {"type": _csv, "metavar": "A,B"}
+            kw = {
+                "type": _csv,
+                "action": "extend",
+                "metavar": "A,B",
+            }  # repeatable: --peer a --peer b
         elif f.name == "domains":
             kw = {"type": _domains, "metavar": "D1,D2[:W]"}
             help_ += " Flag form: comma list, optional :weight."
@@ -90,6 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_flags(sim, "sim")
     sub.add_parser("models", help="list built-in model aliases and the model cache folder")
+    relay = sub.add_parser(
+        "relay", help="forward signed rollout batches among nodes that cannot see each other"
+    )
+    relay.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    relay.add_argument("--port", type=int, default=7745, help="port to listen on (default 7745)")
+    relay.add_argument(
+        "--max-messages-per-minute", type=int, default=120, help="per node (default 120)"
+    )
+    relay.add_argument("--max-connections-per-ip", type=int, default=16, help="default 16")
+    relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
     return parser
 
 
@@ -114,6 +128,21 @@ def main(argv: list[str] | None = None) -> int:
             for alias, what in ALIASES.items():
                 print(f"{alias:<16} {what}")
             print(f"cache: {cache_dir()}")
+            return 0
+        if args.command == "relay":
+            from .swarm.relay import RelayLimits, run_relay
+
+            if not 0 < args.port < 65536:
+                raise ConfigError(f"--port {args.port}: use a port between 1 and 65535.")
+            run_relay(
+                args.host,
+                args.port,
+                RelayLimits(
+                    messages_per_minute=args.max_messages_per_minute,
+                    connections_per_ip=args.max_connections_per_ip,
+                    connections_total=args.max_connections,
+                ),
+            )
             return 0
         cfg = config_from_args(args)
         from . import runner  # heavy imports only once the flags are known to be good

@@ -138,7 +138,37 @@ class Config:
     )
     keep_checkpoints: int = _f(3, "Complete checkpoints kept per node.")
     resume: bool = _f(False, "Continue from the newest complete checkpoint in out_dir.")
-    nodes: int = _f(3, "sim only: number of nodes simulated on this machine.")
+    nodes: int = _f(3, "sim only: number of nodes simulated on this machine.", command="sim")
+
+    # --- swarm network (run only) --------------------------------------------------------
+    room: str = _f(
+        "default",
+        "Swarm room: only nodes in the same room find each other and exchange rollouts.",
+        command="run",
+    )
+    secret: str = _f(
+        "",
+        "Room join secret (or env SAPO_EDGE_SECRET): peers prove they know it by HMAC challenge; "
+        "it is never sent nor saved, and a node without it exchanges nothing with the room.",
+        command="run",
+    )
+    relay: str = _f(
+        "", "Relay ws://HOST:PORT to reach nodes beyond the LAN (empty = none).", command="run"
+    )
+    mdns: bool = _f(
+        True,
+        "Find peers on the LAN with mDNS/zeroconf (--no-mdns: only --peer/--relay).",
+        command="run",
+    )
+    peer: list = _f([], "A peer HOST:PORT to connect to (repeat the flag, or a,b).", command="run")
+    listen: str = _f(
+        "0.0.0.0:7744",
+        "HOST:PORT this node's websocket listens on (port 0 = any free port).",
+        command="run",
+    )
+    solo: bool = _f(
+        False, "Train alone: no network, no peers (J external samples find none).", command="run"
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -245,6 +275,24 @@ class Config:
             f"name {self.name!r}: use letters, digits, '-' and '_' (at most 40).",
         )
         need(
+            isinstance(self.room, str) and 0 < len(self.room) <= 64,
+            f"room {self.room!r}: use a name of 1 to 64 characters.",
+        )
+        need(
+            _hostport(self.listen, allow_zero=True),
+            f"listen {self.listen!r}: write HOST:PORT, e.g. 0.0.0.0:7744.",
+        )
+        for p in self.peer:
+            need(
+                isinstance(p, str) and _hostport(p, allow_zero=False),
+                f"peer {p!r}: write HOST:PORT, e.g. 192.168.1.20:7744.",
+            )
+        need(
+            self.relay == ""
+            or (self.relay.startswith(("ws://", "wss://")) and len(self.relay) > 6),
+            f"relay {self.relay!r}: write ws://HOST:PORT (or leave it empty).",
+        )
+        need(
             isinstance(self.domains, dict) and len(self.domains) > 0,
             "domains must map domain names to weights.",
         )
@@ -316,13 +364,23 @@ class Config:
         return cls.from_dict(data, source=str(path) if path else "flags")
 
     def save(self, path: Path) -> None:
+        """Write the settings as JSON, leaving out secrets (the room secret)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
+        data = self.to_dict()
+        data.pop("secret", None)
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     def help(self, name: str) -> str:
         return next(f.metadata.get("help", "") for f in dataclasses.fields(self) if f.name == name)
+
+
+def _hostport(text: Any, allow_zero: bool) -> bool:
+    if not isinstance(text, str):
+        return False
+    host, sep, port = text.rpartition(":")
+    return bool(
+        sep and host and port.isdigit() and (allow_zero or int(port) > 0) and int(port) < 65536
+    )
 
 
 def _finite(x: Any) -> bool:

@@ -7,6 +7,7 @@ rollouts through an in-process hub, encoded exactly as the network will carry th
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def build_nodes(
     transports: Callable[[str], Transport],
     callback: Callback,
     log: Callable[[str], None] = print,
+    node_ids: Callable[[str], str] = node_id_for,
 ) -> list[Node]:
     TaskSampler(
         cfg.domains, cfg.domain_configs, cfg.seed
@@ -38,7 +40,7 @@ def build_nodes(
     nodes = []
     for name in names:
         backend = load_backend(model.path, cfg, adapter=name, device=device, log=log)
-        node_id = node_id_for(name)
+        node_id = node_ids(name)
         node = Node(
             cfg,
             backend,
@@ -62,9 +64,12 @@ def build_nodes(
 def run_single(
     cfg: Config, callback: Callback | None = None, log: Callable[[str], None] = print
 ) -> Node:
-    """One node, headless. Alone until the network transport lands (J external samples find none)."""
+    """One node, headless: joins the swarm (LAN, --peer, --relay) unless --solo."""
     callback = callback or PrintCallback(log)
-    (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
+    if cfg.solo:
+        (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
+    else:
+        node = _build_networked(cfg, callback, log)
     log(
         f"{node.name}: {node.transport.describe()}; rounds {node.round}..{cfg.rounds - 1}; output in {node.out_dir}"
     )
@@ -74,7 +79,62 @@ def run_single(
         node.save()
     finally:
         node.backend.close()
+        close = getattr(node.transport, "close", None)
+        if close:
+            close()
     return node
+
+
+def _build_networked(cfg: Config, callback: Callback, log: Callable[[str], None]) -> Node:
+    """A node with this machine's identity (made on first run) and a NetworkTransport."""
+    from .swarm.identity import default_identity_path, load_or_create
+    from .swarm.network import NetworkTransport
+
+    ident, created = load_or_create()
+    if created:
+        log(f"new identity {ident.node_id} saved in {default_identity_path()}")
+    default_name = Config.__dataclass_fields__["name"].default
+    name = ident.name if cfg.name == default_name else cfg.name
+    transport = NetworkTransport(
+        ident,
+        room=cfg.room,
+        secret=cfg.secret or os.environ.get("SAPO_EDGE_SECRET", ""),
+        listen=cfg.listen,
+        peers=cfg.peer,
+        relay=cfg.relay,
+        mdns=cfg.mdns,
+        name=name,
+        log=log,
+    )
+    status = _NetStatus(callback, transport)
+    (node,) = build_nodes(cfg, [name], lambda _id: transport, status, log, lambda _n: ident.node_id)
+    transport.model = node.model_id
+    transport.backend = (
+        f"{getattr(node.backend, 'name', 'torch')}/{getattr(node.backend, 'device', '')}"
+    )
+    try:
+        transport.start()
+    except BaseException:
+        node.backend.close()
+        raise
+    return node
+
+
+class _NetStatus:
+    """Passes rounds on to the callback and adds a status line when the peer picture changes."""
+
+    def __init__(self, inner: Callback, transport):
+        self.inner, self.transport, self.last = inner, transport, ""
+
+    def on_round(self, report) -> None:
+        self.inner.on_round(report)
+        text = self.transport.describe()
+        if text != self.last:
+            self.last = text
+            self.inner.on_message(report.node, f"swarm: {text}")
+
+    def on_message(self, node: str, text: str) -> None:
+        self.inner.on_message(node, text)
 
 
 def run_sim(

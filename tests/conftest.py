@@ -12,3 +12,9 @@ from tiny_model import build_tiny_qwen  # pytest's default import mode puts test
 def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory loadable by AutoModelForCausalLM / AutoTokenizer.from_pretrained (2 layers, ~770 tokens)."""
     return build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen"))
+
+
+@pytest.fixture(autouse=True)
+def _own_identity_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """No test reads or writes the user's ~/.config/sapo-edge (the node identity lives there)."""
+    monkeypatch.setenv("SAPO_EDGE_HOME", str(tmp_path_factory.mktemp("sapo-edge-home")))

@@ -67,6 +67,9 @@ def test_headless_run_resumes_from_its_checkpoint(tiny_qwen, tmp_path, capsys):
         str(out),
         "--name",
         "solo",
+        "--no-mdns",  # network on loopback only, on a free port
+        "--listen",
+        "127.0.0.1:0",
         *FAST,
     ]
     assert main([*common, "--rounds", "2", "--checkpoint-every", "1"]) == 0

@@ -1,0 +1,171 @@
+"""What a node knows about each peer: identity, route, counts, rejections by reason, and the
+mute policy (too many rejections in a window: muted, with a backoff that doubles each time).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .protocol import Hello
+
+
+@dataclass
+class PeerInfo:
+    """One row of NetworkTransport.peers(): what the dashboard shows about a peer."""
+
+    name: str
+    node_id: str
+    model: str
+    backend: str
+    via: str  # lan | relay | manual
+    connected: bool
+    last_seen: float
+    groups_received: int
+    groups_accepted: int
+    rejected: int  # messages refused, all reasons
+    top_reason: str | None
+    muted: bool
+
+
+@dataclass
+class PeerStats:
+    name: str = ""
+    node_id: str = ""
+    model: str = ""
+    backend: str = ""
+    via: str = ""
+    connected: bool = False
+    last_seen: float = 0.0
+    received: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    recent: deque = field(default_factory=deque)  # times of recent rejections
+    batches: deque = field(default_factory=deque)  # times of recent batches (rate limit)
+    muted_until: float = 0.0
+    mutes: int = 0
+
+
+class PeerBook:
+    """Per-peer records keyed by node id (or 'relay:URL', 'ip:ADDR' for unproven routes).
+
+    Shares the transport's lock (through its Condition) so waiters are woken on every change.
+    """
+
+    def __init__(
+        self,
+        changed: threading.Condition,
+        counters: Counter,
+        *,
+        reject_threshold: int,
+        reject_window: float,
+        mute_base: float,
+        max_tracked: int,
+        log: Callable[[str], None],
+    ) -> None:
+        self.changed, self.counters, self.log = changed, counters, log
+        self.reject_threshold, self.reject_window = reject_threshold, reject_window
+        self.mute_base, self.max_tracked = mute_base, max_tracked
+        self.stats: dict[str, PeerStats] = {}
+
+    def stat(self, key: str, hello: Hello | None, via: str) -> PeerStats:
+        with self.changed:
+            st = self.stats.get(key)
+            if st is None:
+                if len(self.stats) >= self.max_tracked:  # forget the longest-silent stranger
+                    idle = [k for k, v in self.stats.items() if not v.connected]
+                    if idle:
+                        del self.stats[min(idle, key=lambda k: self.stats[k].last_seen)]
+                st = self.stats[key] = PeerStats(via=via)
+                if is_node_id(key):
+                    st.node_id = key
+            if hello is not None:
+                st.name, st.node_id, st.model, st.backend = (
+                    hello.name,
+                    hello.node_id,
+                    hello.model,
+                    hello.backend,
+                )
+                st.via = via
+            elif not st.name and st.node_id:
+                st.name = st.node_id[:8]
+            return st
+
+    def reject(self, key: str, reason: str) -> bool:
+        """Count a rejection for `key`; True when it crosses the threshold and is now muted."""
+        st = self.stat(key, None, "")
+        now = time.time()
+        with self.changed:
+            self.counters[f"rejected:{reason}"] += 1
+            st.rejected += 1
+            st.reasons[reason] += 1
+            st.recent.append(now)
+            while st.recent and st.recent[0] < now - self.reject_window:
+                st.recent.popleft()
+            self.changed.notify_all()
+            if not is_node_id(key) or len(st.recent) < self.reject_threshold:
+                return False  # only a proven identity is muted, never an address or the relay
+            st.mutes += 1
+            st.muted_until = now + min(3600.0, self.mute_base * 2 ** (st.mutes - 1))
+            st.recent.clear()
+            self.counters["muted"] += 1
+        self.log(f"peer {st.name or key[:16]} muted for {st.muted_until - now:.0f} s ({reason})")
+        return True
+
+    def rate_ok(self, st: PeerStats, now: float, per_minute: int) -> bool:
+        """Record one batch from this peer; False when it is over `per_minute`."""
+        with self.changed:
+            while st.batches and st.batches[0] < now - 60.0:
+                st.batches.popleft()
+            if len(st.batches) >= per_minute:
+                return False
+            st.batches.append(now)
+            return True
+
+    def peers(self) -> list[PeerInfo]:
+        now = time.time()
+        with self.changed:
+            rows = []
+            for s in self.stats.values():
+                if not s.node_id:
+                    continue
+                top = s.reasons.most_common(1)
+                rows.append(
+                    PeerInfo(
+                        s.name,
+                        s.node_id,
+                        s.model,
+                        s.backend,
+                        s.via,
+                        s.connected,
+                        s.last_seen,
+                        s.received,
+                        s.accepted,
+                        s.rejected,
+                        top[0][0] if top else None,
+                        s.muted_until > now,
+                    )
+                )
+            return rows
+
+    def rejections(self, key: str | None = None) -> Counter:
+        with self.changed:
+            if key is not None:
+                return Counter(self.stats[key].reasons) if key in self.stats else Counter()
+            total: Counter = Counter()
+            for s in self.stats.values():
+                total.update(s.reasons)
+            return total
+
+
+def is_node_id(key: str) -> bool:
+    return len(key) == 32 and all(c in "0123456789abcdef" for c in key)
+
+
+def printable(text: str) -> str:
+    """A peer's text made safe for a terminal line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
