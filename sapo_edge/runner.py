@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .backends import load_backend, select_backend
 from .config import Config
+from .control import RunControl, run_rounds
 from .models import resolve_model
 from .swarm.transport import InProcessHub, NullTransport, Transport
 from .tasks import TaskSampler
@@ -60,18 +61,20 @@ def build_nodes(
 
 
 def run_single(
-    cfg: Config, callback: Callback | None = None, log: Callable[[str], None] = print
+    cfg: Config,
+    callback: Callback | None = None,
+    log: Callable[[str], None] = print,
+    control: RunControl | None = None,
 ) -> Node:
-    """One node, headless. Alone until the network transport lands (J external samples find none)."""
+    """One node (headless or under the dashboard, which passes its callback and RunControl).
+    Alone until the network transport lands (J external samples find none)."""
     callback = callback or PrintCallback(log)
     (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
     log(
         f"{node.name}: {node.transport.describe()}; rounds {node.round}..{cfg.rounds - 1}; output in {node.out_dir}"
     )
     try:
-        while node.round < cfg.rounds:
-            node.run_round()
-        node.save()
+        run_rounds(node, cfg.rounds, control, log)
     finally:
         node.backend.close()
     return node
