@@ -126,6 +126,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv and not sys.stdout.isatty():
+        parser.print_help()  # a bare `sapo-edge` in a script or pipe explains itself
+        return 0
     if not argv or (argv[0].startswith("--") and argv[0] != "--help"):
         argv.insert(0, "run")  # `sapo-edge [FLAGS]` is `sapo-edge run [FLAGS]`: the dashboard
     args = parser.parse_args(argv)

@@ -58,6 +58,11 @@ class RunControl:
             self._pending.update(settings)
             self._cond.notify_all()
 
+    def pending_settings(self) -> dict[str, Any]:
+        """Settings waiting for the next round."""
+        with self._cond:
+            return dict(self._pending)
+
     @property
     def paused(self) -> bool:
         return self._paused

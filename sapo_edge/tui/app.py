@@ -107,6 +107,9 @@ class SapoDashboard(App[str]):
             self.running = True
             self.train()
 
+    def on_unmount(self) -> None:
+        self.control.request_stop()  # however the app ends, a parked or running loop stops and saves
+
     # ------------------------------------------------------------------ the worker
     @work(thread=True, exclusive=True, name="training")
     def train(self) -> None:
