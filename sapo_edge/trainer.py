@@ -244,9 +244,10 @@ class Node:
         return report
 
     def _phase(self, phase: str) -> None:
-        """Tell the callback a phase starts; before generating or training, honour a stop request."""
+        """Tell the callback a phase starts. Before each phase from generating to training, honour
+        a stop request: nothing of a round is kept before its training step and metrics."""
         if (
-            phase in ("generating", "training")
+            phase not in ("sampling", "saving")
             and self.stop_check is not None
             and self.stop_check()
         ):

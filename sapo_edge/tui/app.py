@@ -141,6 +141,9 @@ class SapoDashboard(App[str]):
         self.query_one(DomainTable).add_round(m.reward_by_domain)
         self.query_one(RoundProgress).round_done(m)
         self.query_one(NodeHeader).set_memory(m.memory_mb)
+        banner = self.query_one(ProblemBanner)
+        if m.received and banner.problem is not None and not banner.problem.fatal:
+            banner.hide()  # "no peers yet" is over
 
     def on_peers_updated(self, m: PeersUpdated) -> None:
         self.query_one(PeersTable).show(m.peers, m.now, m.source)
@@ -154,6 +157,10 @@ class SapoDashboard(App[str]):
         body = m.text.split(": ", 1)[-1] if m.text.startswith(self.cfg.name) else m.text
         if body.startswith(NOTIFY_PREFIXES):
             self.notify(body, timeout=6)
+        if body.startswith("settings applied"):
+            self.query_one(NodeHeader).set_samples(
+                self.settings["local_samples"], self.settings["external_samples"]
+            )
 
     def on_problem(self, m: Problem) -> None:
         self.query_one(ProblemBanner).show(m)

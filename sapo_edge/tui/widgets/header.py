@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from textual.widgets import Static
 
 from ..messages import NodeStarted
@@ -22,6 +24,13 @@ class NodeHeader(Static):
     def set_memory(self, mb: float) -> None:
         self.memory_mb = mb
         self._render_text()
+
+    def set_samples(self, local: int, external: int) -> None:
+        if self.info is not None:
+            self.info = dataclasses.replace(
+                self.info, local_samples=local, external_samples=external
+            )
+            self._render_text()
 
     def set_state(self, state: str) -> None:
         self.state = state
