@@ -14,6 +14,7 @@ import pytest
 from sapo_edge.config import Config
 from sapo_edge.control import RunControl
 from sapo_edge.tui.app import SapoDashboard
+from sapo_edge.tui.messages import LogLine
 from sapo_edge.tui.widgets.header import NodeHeader
 from sapo_edge.tui.widgets.problem import ProblemBanner
 from sapo_edge.tui.widgets.reward_chart import RewardChart
@@ -168,5 +169,22 @@ def test_a_narrow_terminal_gets_a_sparkline():
             chart = app.query_one(RewardChart)
             assert chart.query_one("#spark").display and not chart.query_one("#plot").display
             assert "reward 0.50" in str(chart.query_one("#spark-label").render())
+
+    asyncio.run(drive())
+
+
+def test_first_run_shows_what_loading_the_model_is_doing():
+    app = SapoDashboard(Config(), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.post_message(LogLine("converting model.gguf to safetensors (once; ~30 s)..."))
+            await pilot.pause()
+            phase = app.query_one("#phase")
+            assert "converting model.gguf" in str(phase.render())
+            print("model.safetensors:  40%|####      | 100M/250M", end="\r")  # a hub download bar
+            await pilot.pause()
+            assert "40%" in str(phase.render())
+            assert app.query_one("#bar").total is None  # indeterminate until the first round
 
     asyncio.run(drive())

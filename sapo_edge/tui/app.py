@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -103,6 +103,7 @@ class SapoDashboard(App[str]):
         self.query_one("#log").display = False
         self.query_one("#log").border_title = "log"
         self.query_one(RoundProgress).rounds_total = self.cfg.rounds
+        self.begin_capture_print(self)  # library output (download bars, warnings) -> log pane
         if self.start:
             self.running = True
             self.train()
@@ -161,6 +162,15 @@ class SapoDashboard(App[str]):
             self.query_one(NodeHeader).set_samples(
                 self.settings["local_samples"], self.settings["external_samples"]
             )
+
+    def on_print(self, event: events.Print) -> None:
+        """Captured stdout/stderr: the latest piece shows as setup progress (e.g. a Hugging Face
+        download bar, which redraws itself with carriage returns); whole lines go to the log."""
+        pieces = [p.strip() for p in event.text.replace("\r", "\n").split("\n") if p.strip()]
+        if pieces:
+            self.query_one(RoundProgress).setup_text(pieces[-1])
+        if event.text.endswith("\n") and "\r" not in event.text and pieces:
+            self.query_one(RichLog).write("\n".join(pieces))
 
     def on_problem(self, m: Problem) -> None:
         self.query_one(ProblemBanner).show(m)
