@@ -1,4 +1,5 @@
-"""The `sapo-edge` command: `run --headless` (one node), `sim` (N nodes here), `models`.
+"""The `sapo-edge` command: the dashboard (no subcommand, or `run` in a terminal), `run --headless`
+(one line per round; also when stdout is not a terminal), `sim` (N nodes here), `models`.
 
 Every Config field is also a flag (--group-size 8, --no-lenient ...); flags beat --config FILE,
 which beats the defaults.
@@ -117,10 +118,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv and not sys.stdout.isatty():
+        parser.print_help()  # a bare `sapo-edge` in a script or pipe explains itself
         return 0
+    if not argv or (argv[0].startswith("--") and argv[0] != "--help"):
+        argv.insert(0, "run")  # `sapo-edge [FLAGS]` is `sapo-edge run [FLAGS]`: the dashboard
+    args = parser.parse_args(argv)
     try:
         if args.command == "models":
             from .models import ALIASES, cache_dir
@@ -148,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import runner  # heavy imports only once the flags are known to be good
 
         if args.command == "run":
-            if not args.headless:
-                print("note: the dashboard is not part of this version yet; running headless.")
+            if not args.headless and sys.stdout.isatty():
+                from .tui.app import run_dashboard
+
+                return run_dashboard(cfg)
             runner.run_single(cfg)
         elif args.command == "sim":
             runner.run_sim(cfg)

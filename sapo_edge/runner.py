@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .backends import load_backend, select_backend
 from .config import Config
+from .control import RunControl, run_rounds
 from .models import resolve_model
 from .swarm.transport import InProcessHub, NullTransport, Transport
 from .tasks import TaskSampler
@@ -62,9 +63,13 @@ def build_nodes(
 
 
 def run_single(
-    cfg: Config, callback: Callback | None = None, log: Callable[[str], None] = print
+    cfg: Config,
+    callback: Callback | None = None,
+    log: Callable[[str], None] = print,
+    control: RunControl | None = None,
 ) -> Node:
-    """One node, headless: joins the swarm (LAN, --peer, --relay) unless --solo."""
+    """One node (headless, or under the dashboard, which passes its callback and RunControl):
+    joins the swarm (LAN, --peer, --relay) unless --solo."""
     callback = callback or PrintCallback(log)
     if cfg.solo:
         (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
@@ -74,9 +79,7 @@ def run_single(
         f"{node.name}: {node.transport.describe()}; rounds {node.round}..{cfg.rounds - 1}; output in {node.out_dir}"
     )
     try:
-        while node.round < cfg.rounds:
-            node.run_round()
-        node.save()
+        run_rounds(node, cfg.rounds, control, log)
     finally:
         node.backend.close()
         close = getattr(node.transport, "close", None)

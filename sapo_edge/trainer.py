@@ -25,6 +25,7 @@ from .prompts import build_messages
 from .rewards import RewardConfig, score_completion
 from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
 from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
+from .swarm.peers import PeerTally
 from .swarm.transport import Transport
 from .tasks import TaskError, TaskSampler, node_seed, regenerate
 
@@ -52,9 +53,27 @@ class RoundReport:
     time: float = field(default_factory=time.time)
 
 
+@dataclass
+class RoundGroups:
+    """The groups behind a round's report (for dashboards, not written to metrics.jsonl):
+    this node's own scored groups, with each one's domain, and the external groups trained on."""
+
+    own: list[ScoredGroup]
+    external: list[ScoredGroup]
+
+
+PHASES = ("sampling", "generating", "scoring", "sharing", "training", "saving")
+
+
+class RoundStopped(Exception):
+    """Raised at a phase boundary when the node's stop check says so; nothing of the round is kept."""
+
+
 class Callback(Protocol):
     def on_round(self, report: RoundReport) -> None: ...
     def on_message(self, node: str, text: str) -> None: ...
+    def on_phase(self, node: Node, phase: str) -> None:
+        """A new phase of the round starts (one of PHASES); optional for callbacks."""
 
 
 class PrintCallback:
@@ -77,6 +96,9 @@ class PrintCallback:
 
     def on_message(self, node: str, text: str) -> None:
         self.print(f"{node:>8} {text}")
+
+    def on_phase(self, node: Node, phase: str) -> None:
+        pass
 
 
 class Node:
@@ -111,6 +133,9 @@ class Node:
             partial_credit=cfg.partial_credit,
         )
         self.round = 0
+        self.peer_tally = PeerTally()  # per-producer counts of what arrived (peers table)
+        self.last_groups = RoundGroups([], [])  # the latest round's groups, set before on_round
+        self.stop_check: Callable[[], bool] | None = None  # True: abandon the round (RoundStopped)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(self.out_dir / "config.json")
 
@@ -125,10 +150,12 @@ class Node:
     # ------------------------------------------------------------------------------ round
     def run_round(self) -> RoundReport:
         cfg, t_round = self.cfg, time.perf_counter()
+        self._phase("sampling")
         # 1. sample a batch of questions (the paper's SampleBatch: k domains, one question each)
         tasks = [regenerate(ref) for ref in self.sampler.sample_batch(cfg.questions_per_round)]
 
         # 2. generate G completions per question, all in one batched call
+        self._phase("generating")
         t0 = time.perf_counter()
         gens = self.backend.generate(
             [build_messages(t.question) for t in tasks],
@@ -141,6 +168,7 @@ class Node:
         gen_seconds = time.perf_counter() - t0
 
         # 3. score with this node's own verifier
+        self._phase("scoring")
         own: list[ScoredGroup] = []
         published: list[RolloutGroup] = []
         finished: dict[str, list[bool]] = {}
@@ -173,6 +201,7 @@ class Node:
             published.append(rg)
 
         # 4. share a subset as plain text (SelectSubset)
+        self._phase("sharing")
         shared = select_subset(published, cfg.share, cfg.share_max, self.rng)
         if shared:
             self.transport.publish(encode_batch(shared))
@@ -187,6 +216,7 @@ class Node:
         )
 
         # 6. one GRPO step; completions with zero advantage carry no gradient and are skipped
+        self._phase("training")
         samples = [
             Sample(
                 build_messages(g.question),
@@ -206,25 +236,43 @@ class Node:
         )
         with self.metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(report)) + "\n")
+        self.last_groups = RoundGroups(own, external)
         self.callback.on_round(report)
         self.round += 1
         if cfg.checkpoint_every and self.round % cfg.checkpoint_every == 0:
             self.save()
         return report
 
+    def _phase(self, phase: str) -> None:
+        """Tell the callback a phase starts. Before each phase from generating to training, honour
+        a stop request: nothing of a round is kept before its training step and metrics."""
+        if (
+            phase not in ("sampling", "saving")
+            and self.stop_check is not None
+            and self.stop_check()
+        ):
+            raise RoundStopped(f"round {self.round} stopped before {phase}")
+        on_phase = getattr(self.callback, "on_phase", None)  # older callbacks may lack it
+        if on_phase is not None:
+            on_phase(self, phase)
+
     def _round_seed(self) -> int:
         return (node_seed(self.node_id, self.cfg.seed) * 1_000_003 + self.round) % 2**31
 
     def _receive(self) -> int:
         count = 0
-        for _sender, payload in self.transport.receive():
+        for sender, payload in self.transport.receive():
             try:
                 groups = decode_batch(payload)
             except RolloutError as e:
                 self.pool.reject(e.reason)
+                self.peer_tally.payload_rejected(sender, e.reason)
                 continue
             for g in groups:
-                count += self.pool.add(g, self.round)
+                added = self.pool.add(g, self.round)
+                count += added
+                why = "" if added else "own" if g.producer == self.node_id else "duplicate"
+                self.peer_tally.group(g.producer, g.model, g.rewards, added, why)
         return count
 
     def _rescore(self, group: RolloutGroup) -> ScoredGroup | None:
@@ -282,6 +330,7 @@ class Node:
 
     # ------------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
+        self._phase("saving")
         state = {
             "round": self.round,  # the next round to run
             "node_id": self.node_id,

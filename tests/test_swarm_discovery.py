@@ -53,7 +53,7 @@ def test_nodes_find_each_other_on_loopback_and_forget_one_that_leaves(lan) -> No
         assert n.wait_for(lambda n=n, o=other: o.ident.node_id in n.connected(), 10), n.describe()
     for n, other in ((a, b), (b, a)):  # both resolved the other (whoever dialed first)
         assert n.wait_for(lambda n=n, o=other: o.ident.node_id in n.lan_peers(), 10)
-        assert {p.via for p in n.peers() if p.connected} == {"lan"}
+        assert {p.connection for p in n.peers() if p.connected} == {"lan"}
     a.publish(batch_for(a.ident, 1))
     assert b.wait_for(lambda: b.counters["delivered"] == 1, 5)
     assert outsider.connected() == [] and outsider.receive() == []

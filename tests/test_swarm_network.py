@@ -58,8 +58,8 @@ def test_three_nodes_exchange_rollouts_directly(nodes) -> None:
     a.publish(batch_for(b.ident, 2))  # not a's groups: never sent (every peer would refuse it)
     assert a.counters["published"] == 1
     rows = {p.node_id: p for p in a.peers()}
-    assert rows[b.ident.node_id].groups_accepted == 2 and rows[b.ident.node_id].name == b.ident.name
-    assert rows[c.ident.node_id].via == "manual" and rows[c.ident.node_id].connected
+    assert rows[b.ident.node_id].accepted == 2 and rows[b.ident.node_id].name == b.ident.name
+    assert rows[c.ident.node_id].connection == "manual" and rows[c.ident.node_id].connected
 
 
 async def _client(node, ident, room="default", secret="", **ws_kw):
@@ -156,7 +156,7 @@ def test_every_bad_input_is_refused_and_counted_and_good_batches_still_arrive(no
     asyncio.run(go())
     assert [s for s, _ in node.receive()] == [me.node_id, me.node_id]
     row = next(p for p in node.peers() if p.node_id == me.node_id)
-    assert row.rejected == len(cases) - 1 + 1 and row.groups_accepted == 4
+    assert row.rejected == len(cases) - 1 + 1 and row.accepted == 4
 
 
 def test_handshake_refusals_are_counted_and_told(nodes) -> None:

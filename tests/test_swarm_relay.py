@@ -63,7 +63,7 @@ def test_three_nodes_exchange_through_the_relay(relay_of, nodes) -> None:
         }
         assert "relay up, 2 nodes heard" in n.describe() and n.connected() == [f"relay:{r.url}"]
     assert r.call(r.relay.stats)["messages_forwarded"] == 6
-    assert {p.via for p in a.peers()} == {"relay"}
+    assert {p.connection for p in a.peers()} == {"relay"}
 
 
 def test_a_node_on_relay_and_lan_at_once_sees_no_duplicates(relay_of, nodes) -> None:

@@ -21,7 +21,8 @@ from sapo_edge.rollout import RolloutError, decode_batch
 
 from .identity import Identity
 from .peer import Closed, HandshakeError, Outbox, handshake, read_message
-from .peerbook import PeerBook, PeerInfo, PeerStats, printable
+from .peerbook import PeerBook, PeerStats, printable
+from .peers import PeerInfo
 from .protocol import (
     MAX_MESSAGE_BYTES,
     Bye,

@@ -10,25 +10,8 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .peers import PeerInfo
 from .protocol import Hello
-
-
-@dataclass
-class PeerInfo:
-    """One row of NetworkTransport.peers(): what the dashboard shows about a peer."""
-
-    name: str
-    node_id: str
-    model: str
-    backend: str
-    via: str  # lan | relay | manual
-    connected: bool
-    last_seen: float
-    groups_received: int
-    groups_accepted: int
-    rejected: int  # messages refused, all reasons
-    top_reason: str | None
-    muted: bool
 
 
 @dataclass
@@ -133,21 +116,20 @@ class PeerBook:
             for s in self.stats.values():
                 if not s.node_id:
                     continue
-                top = s.reasons.most_common(1)
                 rows.append(
                     PeerInfo(
-                        s.name,
-                        s.node_id,
-                        s.model,
-                        s.backend,
-                        s.via,
-                        s.connected,
-                        s.last_seen,
-                        s.received,
-                        s.accepted,
-                        s.rejected,
-                        top[0][0] if top else None,
-                        s.muted_until > now,
+                        node_id=s.node_id,
+                        name=s.name,
+                        model=s.model,
+                        backend=s.backend,
+                        connection=s.via,
+                        last_seen=s.last_seen or None,
+                        received=s.received,
+                        accepted=s.accepted,
+                        rejected=s.rejected,
+                        rejections=dict(s.reasons),
+                        connected=s.connected,
+                        muted=s.muted_until > now,
                     )
                 )
             return rows

@@ -1,0 +1,158 @@
+"""Pause, save-now, stop and new settings for a running node, shared by headless runs and the TUI.
+
+The UI thread calls pause()/resume()/request_save()/request_stop()/update(); the training loop
+calls `between_rounds(node)` before each round and uses `stop_requested` as the node's stop check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .config import Config, ConfigError
+from .trainer import RoundStopped
+
+
+class RunControl:
+    def __init__(self, paused: bool = False) -> None:
+        self._cond = threading.Condition()
+        self._paused = paused
+        self._stop = False
+        self._save = False
+        self._pending: dict[str, Any] = {}
+        self.parked = threading.Event()  # set while the loop waits in pause (tests and UI read it)
+        self.on_park: Callable[[bool], None] | None = None  # told when the loop parks / leaves
+
+    # ------------------------------------------------------------------ UI side
+    def pause(self) -> None:
+        with self._cond:
+            self._paused = True
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def toggle_pause(self) -> bool:
+        """Flip pause; returns True when now paused."""
+        with self._cond:
+            self._paused = not self._paused
+            self._cond.notify_all()
+            return self._paused
+
+    def request_save(self) -> None:
+        with self._cond:
+            self._save = True
+            self._cond.notify_all()
+
+    def request_stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+
+    def update(self, **settings: Any) -> None:
+        """New settings (Config field names; others such as room/relay go to the transport)."""
+        with self._cond:
+            self._pending.update(settings)
+            self._cond.notify_all()
+
+    def pending_settings(self) -> dict[str, Any]:
+        """Settings waiting for the next round."""
+        with self._cond:
+            return dict(self._pending)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def stop_requested(self) -> bool:
+        return self._stop
+
+    # --------------------------------------------------------------- loop side
+    def between_rounds(self, node: Any, log: Callable[[str], None]) -> bool:
+        """Save / apply settings as asked, wait while paused; False when the loop should stop."""
+        while True:
+            with self._cond:
+                save, self._save = self._save, False
+                pending, self._pending = self._pending, {}
+            if pending:
+                apply_settings(node, pending, log)
+            if save:
+                log(f"checkpoint saved: {node.save()}")
+            with self._cond:
+                if self._stop:
+                    if self.parked.is_set():
+                        self._park(False)
+                    return False
+                if self._save or self._pending:
+                    continue
+                if not self._paused:
+                    if self.parked.is_set():
+                        self._park(False)
+                    return True
+                if not self.parked.is_set():
+                    self._park(True)
+                self._cond.wait()
+
+    def _park(self, parked: bool) -> None:
+        (self.parked.set if parked else self.parked.clear)()
+        if self.on_park is not None:
+            self.on_park(parked)
+
+
+# Settings the transport owns: applied by transport.reconfigure(), never by editing the config.
+NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen", "solo"})
+
+
+def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
+    """Apply new settings to a node from its next round; a bad value is reported, not applied."""
+    fields = {f.name for f in dataclasses.fields(Config)} - NETWORK_SETTINGS
+    known = {k: v for k, v in settings.items() if k in fields}
+    other = {k: v for k, v in settings.items() if k not in fields}
+    if known:
+        try:
+            node.cfg = dataclasses.replace(node.cfg, **known)  # __post_init__ validates
+        except ConfigError as e:
+            log(f"settings not applied: {e}")
+        else:
+            log(
+                "settings applied from this round: "
+                + ", ".join(f"{k}={v}" for k, v in known.items())
+            )
+    if other:
+        reconfigure = getattr(node.transport, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(**other)
+            log("network settings applied: " + ", ".join(f"{k}={v}" for k, v in other.items()))
+        else:
+            log(
+                f"{', '.join(other)}: this node's transport ({node.transport.describe()}) cannot "
+                "switch while running; restart sapo-edge with the new setting."
+            )
+
+
+def run_rounds(
+    node: Any, rounds: int, control: RunControl | None, log: Callable[[str], None]
+) -> str:
+    """The one training loop of a single node: rounds until `rounds`, a stop, then a final save.
+
+    Returns "done" or "stopped". A stop request abandons the round in flight at its next phase
+    boundary (nothing of it is kept) and still saves.
+    """
+    control = control or RunControl()
+    node.stop_check = control.stop_requested
+    outcome = "done"
+    while node.round < rounds:
+        if not control.between_rounds(node, log):
+            outcome = "stopped"
+            break
+        try:
+            node.run_round()
+        except RoundStopped as e:
+            log(f"{e}; saving")
+            outcome = "stopped"
+            break
+    log(f"checkpoint saved: {node.save()}")
+    return outcome

@@ -1,0 +1,1 @@
+"""The Textual dashboard that `sapo-edge` opens (the only package that imports textual)."""

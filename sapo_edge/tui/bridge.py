@@ -1,0 +1,179 @@
+"""The trainer callback of the dashboard: turns a node's phases and rounds into messages.
+
+Runs on the training thread; everything it sends is a small dataclass from messages.py, posted
+with a thread-safe `post` (App.post_message).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from textual.message import Message
+
+from ..sampling import ScoredGroup
+from ..swarm.peers import peer_snapshot
+from .messages import (
+    LogLine,
+    NodeStarted,
+    PeersUpdated,
+    PhaseStarted,
+    Problem,
+    Rollout,
+    RolloutsSeen,
+    RoundDone,
+)
+
+NO_PEERS_AFTER_ROUNDS = 5  # warn when J > 0 and nothing arrived by then
+
+
+class TuiCallback:
+    def __init__(self, post: Callable[[Message], Any], clock: Callable[[], float] = time.time):
+        self.post, self.clock = post, clock
+        self.node: Any = None
+        self.round_started = 0.0
+        self.last_round_seconds: float | None = None
+        self.received_total = 0
+        self.warned_no_peers = False
+
+    # ------------------------------------------------------------------ Callback protocol
+    def on_phase(self, node: Any, phase: str) -> None:
+        if self.node is None:
+            self.node = node
+            self.post(node_started(node))
+        now = self.clock()
+        if phase == "sampling":
+            self.round_started = now
+        self.post(PhaseStarted(node.round, phase, now, self.round_started, self.last_round_seconds))
+
+    def on_round(self, r: Any) -> None:
+        node = self.node
+        self.last_round_seconds = r.round_seconds
+        self.received_total += r.received
+        claimed = node.peer_tally.take_claimed() if node is not None else []
+        self.post(
+            RoundDone(
+                r.round,
+                r.reward_mean,
+                sum(claimed) / len(claimed) if claimed else None,
+                dict(r.reward_by_domain),
+                r.gen_tokens,
+                r.gen_seconds,
+                r.round_seconds,
+                r.loss,
+                _memory_mb(node) or r.peak_rss_mb,
+                r.local_used,
+                r.external_used,
+                r.received,
+                r.pool.get("size", 0),
+            )
+        )
+        if node is None:
+            return
+        has_transport_view = callable(getattr(node.transport, "peers", None))
+        peers = peer_snapshot(node.transport, node.peer_tally)
+        self.post(PeersUpdated(peers, self.clock(), "transport" if has_transport_view else "seen"))
+        names = {p.node_id: p.name or p.node_id for p in peers}
+        self.post(RolloutsSeen(rollouts_of(r.round, node.last_groups, names)))
+        self._maybe_warn_no_peers(node, r.round)
+
+    def on_message(self, node: str, text: str) -> None:
+        self.post(LogLine(f"{node}: {text}"))
+
+    # ---------------------------------------------------------------------------- helpers
+    def _maybe_warn_no_peers(self, node: Any, round_: int) -> None:
+        if self.warned_no_peers or node.cfg.external_samples == 0 or self.received_total:
+            return
+        if round_ + 1 < NO_PEERS_AFTER_ROUNDS:
+            return
+        self.warned_no_peers = True
+        where = node.transport.describe()
+        if "solo" in where:
+            remedy = (
+                f"This node runs {where}: its J={node.cfg.external_samples} external samples find "
+                "none. Set J to 0 in the settings (c) to train alone on purpose, or run "
+                "`sapo-edge sim` to train a swarm on this machine."
+            )
+        else:
+            remedy = (
+                f"Nothing arrived in {round_ + 1} rounds ({where}). Check that the other nodes use "
+                "the same room, are on this network, or set a relay in the settings (c)."
+            )
+        self.post(Problem("No peers yet", remedy, fatal=False))
+
+
+def node_started(node: Any) -> NodeStarted:
+    b, cfg = node.backend, node.cfg
+    return NodeStarted(
+        name=node.name,
+        node_id=node.node_id,
+        room=str(getattr(cfg, "room", "") or ""),
+        transport=node.transport.describe(),
+        backend=getattr(b, "name", type(b).__name__),
+        device=str(getattr(b, "device", "?")),
+        dtype=str(getattr(b, "dtype", "?")),
+        model=node.model_id,
+        lora_parameters=b.trainable_parameters(),
+        memory_mb=_memory_mb(node) or 0.0,
+        rounds=cfg.rounds,
+        local_samples=cfg.local_samples,
+        external_samples=cfg.external_samples,
+    )
+
+
+def _memory_mb(node: Any) -> float | None:
+    if node is None:
+        return None
+    report = node.backend.memory_report()
+    return max(report.get("cuda_peak_mb", 0.0), report.get("peak_rss_mb", 0.0)) or None
+
+
+def _best(g: ScoredGroup) -> int:
+    return max(range(len(g.rewards)), key=lambda i: g.rewards[i])
+
+
+def rollouts_of(
+    round_: int, groups: Any, names: dict[str, str], own_shown: int = 3
+) -> list[Rollout]:
+    """A few of the round's own groups and every external group used, one completion each.
+
+    Aha: a peer's completion that this node's verifier rewarded, for a question in a domain
+    where every one of this node's own completions this round scored 0 (or, when this node
+    drew the very same question, where its own completions of it all scored 0).
+    """
+    own_failed_domains = _failed_domains(groups.own)
+    own_by_ref = {g.task_ref: g for g in groups.own}
+    out = []
+    for g in groups.own[:own_shown]:
+        i = _best(g)
+        out.append(
+            Rollout(round_, g.task_ref.dataset, g.question, g.completions[i], g.rewards[i], "local")
+        )
+    for g in groups.external:
+        i = _best(g)
+        same = own_by_ref.get(g.task_ref)
+        failed = (
+            all(r <= 0 for r in same.rewards)
+            if same is not None
+            else g.task_ref.dataset in own_failed_domains
+        )
+        out.append(
+            Rollout(
+                round_,
+                g.task_ref.dataset,
+                g.question,
+                g.completions[i],
+                g.rewards[i],
+                names.get(g.origin, g.origin),
+                aha=g.rewards[i] > 0 and failed,
+            )
+        )
+    return out
+
+
+def _failed_domains(own: list[ScoredGroup]) -> set[str]:
+    by_domain: dict[str, list[float]] = {}
+    for g in own:
+        by_domain.setdefault(g.task_ref.dataset, []).extend(g.rewards)
+    return {d for d, rs in by_domain.items() if all(r <= 0 for r in rs)}

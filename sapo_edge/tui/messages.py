@@ -1,0 +1,108 @@
+"""Small dataclass messages: the only way the training thread reaches the UI (`post_message`).
+
+Each carries plain values (no node or backend objects), so a recorded list of them replays the
+dashboard exactly (the snapshot tests do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textual.message import Message
+
+from ..swarm.peers import PeerInfo
+
+
+@dataclass
+class NodeStarted(Message):
+    """The header's facts, sent once the model is loaded."""
+
+    name: str
+    node_id: str
+    room: str
+    transport: str
+    backend: str
+    device: str
+    dtype: str
+    model: str
+    lora_parameters: int
+    memory_mb: float
+    rounds: int
+    local_samples: int
+    external_samples: int
+
+
+@dataclass
+class PhaseStarted(Message):
+    round: int
+    phase: str  # one of trainer.PHASES
+    at: float  # unix time the phase started
+    round_started: float  # unix time this round's first phase started
+    expected_seconds: float | None  # the previous round's duration (None before the first)
+
+
+@dataclass
+class RoundDone(Message):
+    round: int
+    reward_mean: float
+    swarm_reward: float | None  # mean reward producers claimed in groups received this round
+    reward_by_domain: dict[str, float]
+    gen_tokens: int
+    gen_seconds: float
+    round_seconds: float
+    loss: float
+    memory_mb: float
+    local_used: int
+    external_used: int
+    received: int
+    pool_size: int
+
+
+@dataclass
+class PeersUpdated(Message):
+    peers: list[PeerInfo]
+    now: float  # "last seen" is shown relative to this time
+    source: str  # "transport" or "seen" (derived from groups this node received)
+
+
+@dataclass
+class Rollout:
+    round: int
+    domain: str
+    question: str
+    completion: str
+    reward: float
+    origin: str  # "local" or the peer's name / id
+    aha: bool = False
+
+
+@dataclass
+class RolloutsSeen(Message):
+    rollouts: list[Rollout] = field(default_factory=list)
+
+
+@dataclass
+class LogLine(Message):
+    text: str
+
+
+@dataclass
+class Problem(Message):
+    """An error or warning shown with its remedy; `fatal` ends the run."""
+
+    title: str
+    remedy: str
+    fatal: bool = False
+    detail: str = ""  # a traceback for the log pane, never shown in the main view
+
+
+@dataclass
+class Parked(Message):
+    """The training loop is waiting in pause (True) or running again (False)."""
+
+    parked: bool
+
+
+@dataclass
+class RunEnded(Message):
+    outcome: str  # "done" | "stopped" | "failed"

@@ -1,0 +1,1 @@
+"""Modal screens over the dashboard: help and settings."""

@@ -1,0 +1,1 @@
+"""The dashboard's panels, one small widget per file."""

@@ -1,0 +1,41 @@
+"""The rollouts feed: recent questions with one completion, its reward and origin; Ahas marked."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable
+
+from ..messages import Rollout
+
+KEEP = 40
+
+
+def one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+class RolloutFeed(DataTable):
+    def __init__(self, **kw) -> None:
+        super().__init__(cursor_type="none", zebra_stripes=True, **kw)
+        self.items: list[Rollout] = []
+        self.ahas = 0
+
+    def on_mount(self) -> None:
+        self.border_title = "rollouts (newest first)"
+        self.add_columns("rnd", "origin", "reward", "", "question", "completion")
+
+    def add(self, rollouts: list[Rollout]) -> None:
+        self.items = (list(reversed(rollouts)) + self.items)[:KEEP]
+        self.ahas += sum(r.aha for r in rollouts)
+        self.border_title = f"rollouts (newest first) · {self.ahas} Aha"
+        self.clear()
+        for r in self.items:
+            colour = "green" if r.reward > 0 else "red"
+            self.add_row(
+                str(r.round),
+                one_line(r.origin, 18),
+                f"[{colour}]{r.reward:.2f}[/]",
+                "[b yellow]Aha![/]" if r.aha else "",
+                one_line(r.question, 38),
+                one_line(r.completion, 44),
+            )

@@ -1,0 +1,191 @@
+"""The dashboard driven by Pilot: the real app training the tiny random Qwen2 in its worker thread.
+
+Synchronisation is on the app's own state (worker completion, the loop's `parked` event), never
+on sleeps.
+"""
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sapo_edge.config import Config
+from sapo_edge.control import RunControl
+from sapo_edge.tui.app import SapoDashboard
+from sapo_edge.tui.messages import LogLine
+from sapo_edge.tui.widgets.header import NodeHeader
+from sapo_edge.tui.widgets.problem import ProblemBanner
+from sapo_edge.tui.widgets.reward_chart import RewardChart
+from sapo_edge.tui.widgets.rollouts import RolloutFeed
+from sapo_edge.tui.widgets.tables import DomainTable, PeersTable
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tui_recorded import recorded_messages  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def tiny_cfg(model, out, **kw) -> Config:
+    base = dict(
+        model=str(model),
+        domains={"basic_arithmetic": 1.0},
+        questions_per_round=2,
+        group_size=2,
+        max_new_tokens=6,
+        local_samples=1,
+        external_samples=1,
+        lenient=True,
+        rounds=2,
+        checkpoint_every=0,
+        out_dir=str(out),
+        solo=True,  # the dashboard on its own; the network has its own tests
+    )
+    base.update(kw)
+    return Config(**base)
+
+
+def _metrics(out: Path) -> list[dict]:
+    path = out / "node" / "metrics.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_rounds_advance_and_every_panel_updates(tiny_qwen, tmp_path):
+    app = SapoDashboard(tiny_cfg(tiny_qwen, tmp_path))
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.outcome == "done" and app.rounds_done == 2
+            assert app.query_one(RewardChart).rounds == [0, 1]
+            assert app.query_one(DomainTable).row_count == 1
+            assert app.query_one(RolloutFeed).row_count == 4  # 2 own questions x 2 rounds
+            assert app.query_one(PeersTable).row_count == 1  # "none yet": solo
+            header = app.query_one(NodeHeader)
+            assert header.info.model == Path(tiny_qwen).name and header.info.lora_parameters > 0
+            assert header.state == "done"
+
+    asyncio.run(drive())
+    assert [m["round"] for m in _metrics(tmp_path)] == [0, 1]
+    assert (tmp_path / "node" / "checkpoints" / "round-000002" / "COMPLETE").exists()
+
+
+def test_pause_holds_rounds_and_quit_stops_and_saves(tiny_qwen, tmp_path):
+    class Watched(SapoDashboard):
+        def on_round_done(self, m) -> None:  # Textual calls the base class's handler too
+            self.first_round.set()
+
+    control = RunControl()
+    app = Watched(tiny_cfg(tiny_qwen, tmp_path, rounds=50), control=control)
+
+    async def drive():
+        app.first_round = asyncio.Event()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.first_round.wait()  # it trains...
+            await pilot.press("p")  # ...until paused
+            assert await asyncio.to_thread(control.parked.wait, 120)
+            await pilot.pause()
+            done = app.rounds_done
+            assert app.query_one(NodeHeader).state == "paused"
+            assert 1 <= len(_metrics(tmp_path)) == done < 50  # no round runs while paused
+            await pilot.press("q")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return done
+
+    done = asyncio.run(drive())
+    assert app.return_value == "stopped"
+    assert len(_metrics(tmp_path)) == done  # quitting from pause ran nothing more
+    assert (tmp_path / "node" / "checkpoints" / f"round-{done:06d}" / "COMPLETE").exists()
+
+
+def test_a_missing_model_shows_its_remedy_not_a_traceback(tmp_path):
+    app = SapoDashboard(tiny_cfg(tmp_path / "no-such-model", tmp_path))
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            banner = app.query_one(ProblemBanner)
+            assert banner.display and banner.problem.fatal
+            text = str(banner.render())
+            assert "Model not found" in text and "Hugging Face id" in text
+            assert "Traceback" not in text
+            assert app.outcome == "failed" and app.query_one(NodeHeader).state == "stopped"
+            await pilot.press("q")  # nothing runs any more: quits at once
+            await pilot.pause()
+
+    asyncio.run(drive())
+    assert app.return_value == "failed"
+
+
+def _fed_app() -> SapoDashboard:
+    class Fed(SapoDashboard):
+        def on_mount(self) -> None:  # runs after SapoDashboard.on_mount (Textual calls both)
+            for m in recorded_messages():
+                self.post_message(m)
+
+    return Fed(Config(), start=False)
+
+
+def test_help_and_settings_screens(tmp_path):
+    app = _fed_app()
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("question_mark")
+            assert type(app.screen).__name__ == "HelpScreen"
+            await pilot.press("escape")
+            assert type(app.screen).__name__ == "Screen"
+            await pilot.press("c")
+            assert type(app.screen).__name__ == "SettingsScreen"
+            j = app.screen.query_one("#external_samples")
+            j.value = "0"
+            room = app.screen.query_one("#room")
+            room.value = "chem-lab"
+            await pilot.click("#apply")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "Screen"
+            assert app.control.pending_settings() == {"external_samples": 0, "room": "chem-lab"}
+            await pilot.press("c")
+            app.screen.query_one("#local_samples").value = "x"
+            await pilot.click("#apply")
+            await pilot.pause()
+            assert "whole number" in str(app.screen.query_one("#settings-error").render())
+            await pilot.press("escape")
+            await pilot.press("l")
+            assert app.query_one("#log").display
+
+    asyncio.run(drive())
+
+
+def test_a_narrow_terminal_gets_a_sparkline():
+    app = _fed_app()
+
+    async def drive():
+        async with app.run_test(size=(60, 40)) as pilot:
+            await pilot.pause()
+            chart = app.query_one(RewardChart)
+            assert chart.query_one("#spark").display and not chart.query_one("#plot").display
+            assert "reward 0.50" in str(chart.query_one("#spark-label").render())
+
+    asyncio.run(drive())
+
+
+def test_first_run_shows_what_loading_the_model_is_doing():
+    app = SapoDashboard(Config(), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.post_message(LogLine("converting model.gguf to safetensors (once; ~30 s)..."))
+            await pilot.pause()
+            phase = app.query_one("#phase")
+            assert "converting model.gguf" in str(phase.render())
+            print("model.safetensors:  40%|####      | 100M/250M", end="\r")  # a hub download bar
+            await pilot.pause()
+            assert "40%" in str(phase.render())
+            assert app.query_one("#bar").total is None  # indeterminate until the first round
+
+    asyncio.run(drive())
