@@ -371,17 +371,7 @@ class NetworkTransport:
             if ws is not None:
                 relay = via == "relay"
                 try:
-                    hello = await handshake(
-                        ws,
-                        self.ident,
-                        self.room,
-                        self.key,
-                        timeout=self.handshake_timeout,
-                        model=self.model,
-                        backend=self.backend,
-                        name=self.name,
-                        expect_role="relay" if relay else "node",
-                    )
+                    hello = await self._handshake(ws, "relay" if relay else "node")
                 except HandshakeError as e:
                     self._note_handshake_failure(f"{via}:{target}", e)
                 except (ConnectionError, RuntimeError, aiohttp.ClientError):
@@ -396,6 +386,19 @@ class NetworkTransport:
             delay = min(self.reconnect_max, self.reconnect_base * 2 ** min(attempt - 1, 16))
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
 
+    async def _handshake(self, ws, expect_role: str):
+        return await handshake(
+            ws,
+            self.ident,
+            self.room,
+            self.key,
+            timeout=self.handshake_timeout,
+            model=self.model,
+            backend=self.backend,
+            name=self.name,
+            expect_role=expect_role,
+        )
+
     def _note_handshake_failure(self, key: str, e: HandshakeError) -> None:
         if e.reason == "same_identity":
             self.log(f"peer {key}: {printable(str(e))}")
@@ -405,17 +408,7 @@ class NetworkTransport:
         ws = web.WebSocketResponse(heartbeat=self.heartbeat, max_msg_size=MAX_MESSAGE_BYTES)
         await ws.prepare(request)
         try:
-            hello = await handshake(
-                ws,
-                self.ident,
-                self.room,
-                self.key,
-                timeout=self.handshake_timeout,
-                model=self.model,
-                backend=self.backend,
-                name=self.name,
-                expect_role="node",
-            )
+            hello = await self._handshake(ws, "node")
         except HandshakeError as e:
             self._note_handshake_failure(f"ip:{request.remote}", e)
             return ws
