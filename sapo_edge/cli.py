@@ -20,7 +20,7 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
         "--config", metavar="FILE", help="TOML (or JSON) file of settings; flags override it."
     )
     for f in dataclasses.fields(Config):
-        if f.name == "nodes" and command != "sim":
+        if f.name in ("nodes", "node_backends") and command != "sim":
             continue
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
