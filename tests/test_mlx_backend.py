@@ -30,8 +30,9 @@ def _cfg(tiny_qwen: Path, **kw) -> Config:
     return Config(**{**base, "dtype": "float32", **kw})
 
 
-def _mlx(tiny_qwen: Path, adapter: str, **kw) -> MlxBackend:
-    return MlxBackend(tiny_qwen, _cfg(tiny_qwen, **kw), adapter=adapter, **QUIET)
+def _mlx(tiny_qwen: Path, adapter: str, compile_step: bool = False, **kw) -> MlxBackend:
+    cfg = _cfg(tiny_qwen, **kw)
+    return MlxBackend(tiny_qwen, cfg, adapter=adapter, compile_step=compile_step, **QUIET)
 
 
 def _total(b, samples: list[Sample]) -> list[float]:
@@ -79,9 +80,9 @@ def test_grpo_step_raises_positive_and_lowers_negative(tiny_qwen):
     assert after[1] < before[1]
 
 
-def test_micro_batching_gives_the_same_update(tiny_qwen, tmp_path):
-    one = _mlx(tiny_qwen, "mb_all", micro_batch_size=8)
-    split = _mlx(tiny_qwen, "mb_one", micro_batch_size=1)
+def test_micro_batching_and_the_compiled_step_give_the_same_update(tiny_qwen, tmp_path):
+    one = _mlx(tiny_qwen, "mb_all", micro_batch_size=8, beta=0.1)
+    split = _mlx(tiny_qwen, "mb_one", micro_batch_size=1, compile_step=True, beta=0.1)
     one.save(tmp_path)
     split.load(tmp_path)
     one.train_step(SAMPLES)

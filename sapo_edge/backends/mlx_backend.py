@@ -118,6 +118,7 @@ class MlxBackend:
         adapter: str,
         device: str = "",
         log: Callable[[str], None] = print,
+        compile_step: bool | None = None,
     ):
         self.cfg, self.adapter = cfg, adapter
         self.device = device or ("gpu" if mx.default_device() == mx.gpu else "cpu")
@@ -141,6 +142,12 @@ class MlxBackend:
             learning_rate=cfg.learning_rate, weight_decay=0.0, bias_correction=True
         )
         self._value_and_grad = nn.value_and_grad(self.model, self._loss)
+        if (self.device == "gpu") if compile_step is None else compile_step:
+            # compiled against the model's state (read at each call, so swapped-in LoRA weights
+            # count) and the random state (LoRA dropout); one trace per batch shape. Off by
+            # default on CPU, where tracing each new shape costs more than fusion saves.
+            state = [self.model.state, mx.random.state]
+            self._value_and_grad = mx.compile(self._value_and_grad, inputs=state, outputs=state)
 
     # ----------------------------------------------------------------------------- helpers
     def _fresh_lora(self) -> dict[str, mx.array]:
@@ -278,7 +285,7 @@ class MlxBackend:
         ratio = mx.exp(logp - mx.stop_gradient(logp))
         clipped_ratio = mx.clip(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)
         per_token = -mx.minimum(ratio * adv, clipped_ratio * adv)
-        if ref is not None:  # k3 KL to the adapter-less base model
+        if cfg.beta > 0:  # k3 KL to the adapter-less base model
             per_token = per_token + cfg.beta * (mx.exp(ref - logp) - (ref - logp) - 1)
         # token-level normalisation over every completion token of the step (DAPO)
         loss = (per_token * mask).sum() / total
@@ -313,13 +320,13 @@ class MlxBackend:
         starts = range(0, len(seqs), cfg.micro_batch_size)
         for i in starts:
             ids, where, targets, mask, adv = self._batch(seqs[i : i + cfg.micro_batch_size])
-            ref = None
+            ref = mx.zeros(mask.shape)
             if cfg.beta > 0:
                 with self._adapter_off():
                     ref = mx.stop_gradient(self._completion_logps(ids, where, targets))
                     mx.eval(ref)
             (loss, clipped), g = self._value_and_grad(
-                ids, where, targets, mask, adv, ref, total_tokens
+                ids, where, targets, mask, adv, ref, mx.array(float(total_tokens))
             )
             grads = g if grads is None else tree_map(mx.add, grads, g)
             loss_sum, clip_sum = loss_sum + loss, clip_sum + clipped
