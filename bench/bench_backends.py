@@ -94,8 +94,8 @@ def main() -> None:
         )
     t, m = results["torch"], results["mlx"]
     print(
-        f"MLX / torch: generation {m['tok_per_s'] / t['tok_per_s']:.2f}x tokens/s, "
-        f"GRPO step {t['step_s'] / m['step_s']:.2f}x faster (torch s/step / MLX s/step)"
+        f"MLX / torch: generation tokens/s {m['tok_per_s'] / t['tok_per_s']:.2f}x, "
+        f"seconds per GRPO step {m['step_s'] / t['step_s']:.2f}x (above 1: MLX is slower)"
     )
 
 
