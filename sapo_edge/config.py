@@ -139,6 +139,11 @@ class Config:
     keep_checkpoints: int = _f(3, "Complete checkpoints kept per node.")
     resume: bool = _f(False, "Continue from the newest complete checkpoint in out_dir.")
     nodes: int = _f(3, "sim only: number of nodes simulated on this machine.", command="sim")
+    node_backends: list = _f(
+        [],
+        "sim only: backends cycled over the nodes, e.g. torch,mlx (empty = all use backend).",
+        command="sim",
+    )
 
     # --- swarm network (run only) --------------------------------------------------------
     room: str = _f(
@@ -270,6 +275,10 @@ class Config:
         need(self.checkpoint_every >= 0, "checkpoint_every must be 0 or more.")
         need(self.keep_checkpoints >= 1, "keep_checkpoints must be 1 or more.")
         need(self.nodes >= 1, f"nodes is {self.nodes}: use 1 or more.")
+        need(
+            isinstance(self.node_backends, list) and all(b in BACKENDS for b in self.node_backends),
+            f"node_backends {self.node_backends}: use a comma list of {', '.join(BACKENDS)}.",
+        )
         need(
             self.name.replace("-", "").replace("_", "").isalnum() and len(self.name) <= 40,
             f"name {self.name!r}: use letters, digits, '-' and '_' (at most 40).",

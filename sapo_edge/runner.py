@@ -36,11 +36,15 @@ def build_nodes(
     TaskSampler(
         cfg.domains, cfg.domain_configs, cfg.seed
     )  # a bad domain fails before the model loads
-    _, device = select_backend(cfg.backend, log=log)
+    choices = cfg.node_backends or [cfg.backend]
+    chosen = {c: select_backend(c, log=log) for c in dict.fromkeys(choices)}
     model = resolve_model(cfg.model, progress=log)
     nodes = []
-    for name in names:
-        backend = load_backend(model.path, cfg, adapter=name, device=device, log=log)
+    for i, name in enumerate(names):
+        kind, device = chosen[choices[i % len(choices)]]
+        backend = load_backend(model.path, cfg, adapter=name, device=device, log=log, kind=kind)
+        if len(chosen) > 1:
+            log(f"{name}: backend {kind} on {device}")
         node_id = node_ids(name)
         node = Node(
             cfg,

@@ -92,7 +92,7 @@ def test_every_config_field_is_a_flag(capsys: pytest.CaptureFixture[str], comman
     text = capsys.readouterr().out
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
-        if f.name == "nodes" and command == "run":
+        if f.name in ("nodes", "node_backends") and command == "run":
             assert flag not in text  # sim only
         elif f.metadata.get("command", command) != command:
             assert flag not in text  # the swarm network settings are run only

@@ -83,6 +83,7 @@ BAD_VALUES = [
     ({"clip_low": 1.0}, "clip_low", "[0, 1)"),
     ({"lora_dropout": 1.0}, "lora_dropout", "[0, 1)"),
     ({"backend": "tpu"}, "backend 'tpu' is unknown", "use one of auto, torch, cuda, mps, cpu, mlx"),
+    ({"node_backends": ["torch", "tpu"]}, "node_backends ['torch', 'tpu']", "comma list of auto"),
     ({"dtype": "fp8"}, "dtype 'fp8' is unknown", "use one of auto, float32, bfloat16, float16"),
     ({"share": "some"}, "share 'some' is unknown", "use one of all, informative, none"),
     ({"model": "  "}, "model is empty", "--model NAME_OR_PATH"),

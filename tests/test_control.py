@@ -4,7 +4,7 @@ and the per-peer counts the dashboard shows (PeerTally / peer_snapshot)."""
 import queue
 import threading
 
-from test_trainer import make_cfg, make_node
+from scripted import make_cfg, make_node
 
 from sapo_edge.control import RunControl, run_rounds
 from sapo_edge.swarm.peers import PeerInfo, PeerTally, peer_snapshot

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from scripted import Quiet, ScriptedBackend, make_cfg
 from swarm_util import net
-from test_trainer import Quiet, ScriptedBackend, make_cfg
 
 from sapo_edge.trainer import Node
 
@@ -43,14 +43,15 @@ def swarm(tmp_path: Path):
 
 def test_rollouts_flow_into_training_and_a_hung_node_is_dropped(swarm) -> None:
     (na, nb, nc), (a, b, c) = swarm
-    for node in (na, nb, nc):
-        node.run_round()
+    first = [node.run_round() for node in (na, nb, nc)]
     for t in (a, b, c):
         assert t.wait_for(lambda t=t: t.counters["delivered"] == 2, 5)
     reports = [node.run_round() for node in (na, nb, nc)]
-    for r, me in zip(reports, (a, b, c), strict=True):
+    for r0, r, me in zip(first, reports, (a, b, c), strict=True):
         others = {a.ident.node_id, b.ident.node_id, c.ident.node_id} - {me.ident.node_id}
-        assert r.received > 0 and r.external_used == 2 and set(r.external_from) <= others
+        # round-0 batches arrive during round 0 or before round 1 (a node drains when it runs)
+        assert r0.received + r.received >= 4 and r.external_used == 2
+        assert set(r.external_from) <= others
 
     # c hangs: its network loop stops answering (as a frozen or killed process would)
     release = threading.Event()
@@ -60,7 +61,7 @@ def test_rollouts_flow_into_training_and_a_hung_node_is_dropped(swarm) -> None:
             for node in (na, nb):
                 t0 = time.perf_counter()
                 node.run_round()  # publishes to c too: queued, never waited for
-                assert time.perf_counter() - t0 < 2.0
+                assert time.perf_counter() - t0 < 10.0  # far below c's 30 s hang: never waits on c
         for t in (a, b):
             assert t.wait_for(lambda t=t: c.ident.node_id not in t.connected(), 5)
             assert t.rejections(c.ident.node_id)["no_pong"] == 1

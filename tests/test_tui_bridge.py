@@ -2,7 +2,7 @@
 
 import errno
 
-from test_trainer import make_cfg, make_node
+from scripted import make_cfg, make_node
 
 from sapo_edge.checkpoints import CheckpointError
 from sapo_edge.models import ModelNotFound

@@ -21,9 +21,14 @@ def select_backend(choice: str = "auto", log: Callable[[str], None] = print) -> 
     if choice == "mlx" or (choice == "auto" and apple and has_mlx):
         if not has_mlx:
             raise ValueError("--backend mlx needs MLX: pip install 'sapo-edge[mlx]'.")
-        raise ValueError(
-            "the MLX backend is not available in this version yet: use --backend torch (cpu/mps/cuda)."
+        import mlx.core as mx
+
+        device = "gpu" if mx.metal.is_available() else "cpu"
+        why = (
+            " - chosen because this is Apple Silicon with MLX installed" if choice == "auto" else ""
         )
+        log(f"backend: mlx on {device}{why}")
+        return "mlx", device
     import torch
 
     if choice in ("auto", "torch", "cuda") and torch.cuda.is_available():
@@ -49,9 +54,19 @@ def select_backend(choice: str = "auto", log: Callable[[str], None] = print) -> 
 
 
 def load_backend(
-    model_dir: Path, cfg: Config, adapter: str, device: str, log: Callable[[str], None] = print
+    model_dir: Path,
+    cfg: Config,
+    adapter: str,
+    device: str,
+    log: Callable[[str], None] = print,
+    kind: str = "torch",
 ) -> Backend:
-    """A policy for one node. Nodes in one process that name the same model_dir share its base weights."""
+    """A policy for one node (kind from select_backend). Nodes in one process that name the same
+    model_dir and backend share its base weights."""
+    if kind == "mlx":
+        from .mlx_backend import MlxBackend
+
+        return MlxBackend(model_dir, cfg, adapter=adapter, device=device, log=log)
     from .torch_backend import TorchBackend
 
     return TorchBackend(model_dir, cfg, adapter=adapter, device=device, log=log)

@@ -1,0 +1,438 @@
+"""MLX backend (Apple GPU, or CPU with mlx[cpu]): batched KV-cache sampling and the LoRA GRPO/DAPO step.
+
+Same settings with the same meaning as torch_backend.py. Nodes in one process share the base
+weights; each node keeps its own LoRA weights and AdamW state and swaps them in when it runs.
+Adapters are saved in peft's layout, so torch and MLX checkpoints hold the same tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.sample_utils import apply_top_p
+from mlx_lm.tuner.lora import LoRALinear
+from mlx_lm.tuner.utils import linear_to_lora_layers
+from mlx_lm.utils import load_model
+from transformers import AutoTokenizer
+
+from ..config import Config
+from .base import Generation, Sample, StepStats, peak_rss_mb
+
+ADAPTER_FILE = "adapter.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+PEFT_PREFIX = "base_model.model."
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+@dataclass
+class _SharedBase:
+    model: nn.Module
+    tokenizer: object
+    eos_ids: list[int]
+    adapters: set[str] = field(default_factory=set)
+    active: str | None = None  # whose LoRA weights are in the model now
+
+
+_SHARED: dict[tuple, _SharedBase] = {}
+
+
+def resolve_dtype(dtype: str) -> mx.Dtype:
+    if dtype == "auto":  # bfloat16 on the Apple GPU (as mlx-lm trains), float32 on CPU
+        return mx.bfloat16 if mx.default_device() == mx.gpu else mx.float32
+    return DTYPES[dtype]
+
+
+def _eos_ids(model_dir: Path, tok) -> list[int]:
+    ids = {tok.eos_token_id}
+    for name in ("generation_config.json", "config.json"):
+        f = Path(model_dir) / name
+        if f.is_file():
+            eos = json.loads(f.read_text()).get("eos_token_id")
+            ids.update(eos if isinstance(eos, list) else [eos])
+            break
+    return sorted(i for i in ids if i is not None)
+
+
+def _rope_overrides(model_dir: Path) -> dict:
+    """transformers 5 writes rope_theta/rope_scaling inside rope_parameters, where mlx-lm's model
+    classes do not look (they would silently fall back to their own default theta)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    rope = config.get("rope_parameters") or {}
+    out = {}
+    if "rope_theta" not in config and "rope_theta" in rope:
+        out["rope_theta"] = rope["rope_theta"]
+    if not config.get("rope_scaling") and rope.get("rope_type", "default") != "default":
+        out["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    return out
+
+
+def _load_shared(model_dir: Path, cfg: Config, dtype: mx.Dtype, log) -> _SharedBase:
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if not tok.chat_template:
+        raise ValueError(f"model in {model_dir} has no chat template: use an instruct/chat model.")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model, _ = load_model(Path(model_dir), model_config=_rope_overrides(model_dir))
+    model.set_dtype(dtype)
+    model.freeze()
+    targets = set(cfg.lora_targets)
+    keys = {
+        path
+        for path, m in model.layers[0].named_modules()
+        if path.split(".")[-1] in targets and isinstance(m, nn.Linear)
+    }
+    if not keys:
+        raise ValueError(f"lora_targets {cfg.lora_targets} match no module of this model.")
+    lora = {
+        "rank": cfg.lora_r,
+        "scale": cfg.lora_alpha / cfg.lora_r,
+        "dropout": cfg.lora_dropout,
+        "keys": keys,
+    }
+    linear_to_lora_layers(model, len(model.layers), lora)
+    mx.eval(model.parameters())
+    log(f"loaded {model_dir} with MLX on {mx.default_device()} as {str(dtype).split('.')[-1]}")
+    return _SharedBase(model, tok, _eos_ids(model_dir, tok))
+
+
+class MlxBackend:
+    name = "mlx"
+
+    def __init__(
+        self,
+        model_dir: Path,
+        cfg: Config,
+        *,
+        adapter: str,
+        device: str = "",
+        log: Callable[[str], None] = print,
+        compile_step: bool | None = None,
+    ):
+        self.cfg, self.adapter = cfg, adapter
+        self.device = device or ("gpu" if mx.default_device() == mx.gpu else "cpu")
+        mx_dtype = resolve_dtype(cfg.dtype)
+        self.dtype = str(mx_dtype).split(".")[-1]
+        lora_key = (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(sorted(cfg.lora_targets)))
+        key = (str(Path(model_dir).resolve()), self.dtype, lora_key)
+        shared = _SHARED.get(key)
+        if shared is None:
+            shared = _SHARED[key] = _load_shared(model_dir, cfg, mx_dtype, log)
+        elif adapter in shared.adapters:
+            raise ValueError(
+                f"two nodes named {adapter!r} in one process: give each node its own name."
+            )
+        shared.adapters.add(adapter)
+        self.shared, self.model, self.tok = shared, shared.model, shared.tokenizer
+        self.eos_ids = shared.eos_ids
+        self.pad_id = self.tok.pad_token_id
+        self.lora = self._fresh_lora()
+        self.optimizer = optim.AdamW(
+            learning_rate=cfg.learning_rate, weight_decay=0.0, bias_correction=True
+        )
+        self._value_and_grad = nn.value_and_grad(self.model, self._loss)
+        if (self.device == "gpu") if compile_step is None else compile_step:
+            # compiled against the model's state (read at each call, so swapped-in LoRA weights
+            # count) and the random state (LoRA dropout); one trace per batch shape. Off by
+            # default on CPU, where tracing each new shape costs more than fusion saves.
+            state = [self.model.state, mx.random.state]
+            self._value_and_grad = mx.compile(self._value_and_grad, inputs=state, outputs=state)
+
+    # ----------------------------------------------------------------------------- helpers
+    def _fresh_lora(self) -> dict[str, mx.array]:
+        """New LoRA weights as peft/mlx-lm initialise them: A uniform(+-1/sqrt(in)), B zero."""
+        fresh = {}
+        for name, p in tree_flatten(self.model.trainable_parameters()):
+            if name.endswith("lora_a"):
+                bound = 1 / math.sqrt(p.shape[0])
+                fresh[name] = mx.random.uniform(-bound, bound, p.shape, dtype=p.dtype)
+            else:
+                fresh[name] = mx.zeros(p.shape, p.dtype)
+        mx.eval(fresh)
+        return fresh
+
+    def _activate(self) -> None:
+        if self.shared.active != self.adapter:
+            self.model.update(tree_unflatten(list(self.lora.items())))
+            self.shared.active = self.adapter
+
+    @contextmanager
+    def _adapter_off(self):
+        """The base model: every LoRA layer's scale set to 0 for the duration."""
+        layers = [m for _, m in self.model.named_modules() if isinstance(m, LoRALinear)]
+        scales = [m.scale for m in layers]
+        for m in layers:
+            m.scale = 0.0
+        try:
+            yield
+        finally:
+            for m, s in zip(layers, scales, strict=True):
+                m.scale = s
+
+    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)[-self.cfg.max_prompt_tokens :]
+
+    # -------------------------------------------------------------------------- generate
+    def _sample(self, logits: mx.array, temperature: float, top_p: float, key) -> mx.array:
+        logprobs = logits.astype(mx.float32) / temperature
+        logprobs = logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)
+        if top_p < 1.0:
+            logprobs = apply_top_p(logprobs, top_p)
+        return mx.random.categorical(logprobs, key=key)
+
+    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+        """All prompts x n completions in one left-padded batch; finished rows leave the batch."""
+        self._activate()
+        self.model.eval()
+        rows = [p for p in map(self._prompt_ids, prompts) for _ in range(n)]
+        width = max(len(r) for r in rows)
+        ids = mx.array([[self.pad_id] * (width - len(r)) + r for r in rows])
+        cache = [BatchKVCache([width - len(r) for r in rows]) for _ in self.model.layers]
+        key = mx.random.key(seed)
+        eos = set(self.eos_ids)
+        out: list[list[int]] = [[] for _ in rows]
+        finished = [False] * len(rows)
+        live = list(range(len(rows)))  # batch row -> sequence index
+        logits = self.model(ids, cache=cache)[:, -1, :]
+        for _ in range(max_new_tokens):
+            key, sub = mx.random.split(key)
+            tokens = self._sample(logits, temperature, top_p, sub)
+            keep = []
+            for row, t in enumerate(tokens.tolist()):
+                out[live[row]].append(t)
+                if t in eos:
+                    finished[live[row]] = True
+                else:
+                    keep.append(row)
+            if not keep or len(out[live[0]]) == max_new_tokens:
+                break
+            if len(keep) < len(live):
+                for c in cache:
+                    c.filter(mx.array(keep))
+                tokens = tokens[mx.array(keep)]
+                live = [live[r] for r in keep]
+            logits = self.model(tokens[:, None], cache=cache)[:, -1, :]
+        results: list[list[Generation]] = []
+        for i, toks in enumerate(out):
+            body = toks[:-1] if finished[i] else toks
+            if i % n == 0:
+                results.append([])
+            results[-1].append(
+                Generation(self.tok.decode(body, skip_special_tokens=True), len(toks), finished[i])
+            )
+        return results
+
+    # ------------------------------------------------------------------------ train step
+    def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
+        seqs = []
+        limit = self.cfg.max_new_tokens
+        for s in samples:
+            c = self.tok(s.completion, add_special_tokens=False)["input_ids"]
+            c = (c[: limit - 1] + [self.eos_ids[0]]) if s.finished else c[:limit]
+            if c:
+                seqs.append((self._prompt_ids(s.messages), c, float(s.advantage)))
+        return sorted(seqs, key=lambda x: len(x[0]) + len(x[1]))  # similar lengths batch together
+
+    def _batch(self, seqs) -> tuple[mx.array, ...]:
+        """Right-padded prompt+completion rows (positions start at 0 in every row, as in torch)."""
+        width = max(len(p) + len(c) for p, c, _ in seqs)
+        width_c = max(len(c) for _, c, _ in seqs)
+        ids = mx.array([p + c + [self.pad_id] * (width - len(p) - len(c)) for p, c, _ in seqs])
+        # hidden state at column len(p)-1+j predicts completion token j
+        where = mx.array(
+            [[min(len(p) - 1 + j, width - 1) for j in range(width_c)] for p, _, _ in seqs]
+        )
+        targets = mx.array([c + [self.pad_id] * (width_c - len(c)) for _, c, _ in seqs])
+        mask = mx.array([[1.0] * len(c) + [0.0] * (width_c - len(c)) for _, c, _ in seqs])
+        adv = mx.array([[a] for _, _, a in seqs], dtype=mx.float32)
+        return ids, where, targets, mask, adv
+
+    def _completion_logps(self, ids, where, targets) -> mx.array:
+        """Per-token log-probs of the completion tokens only: the LM head runs on those columns."""
+        model = self.model
+        inner, args = getattr(model, "model", None), getattr(model, "args", None)
+        if inner is not None and args is not None:
+            h = inner(ids)
+            h = mx.take_along_axis(h, where[..., None], axis=1)
+            if getattr(args, "tie_word_embeddings", False):
+                logits = inner.embed_tokens.as_linear(h)
+            else:
+                logits = model.lm_head(h)
+        else:  # an architecture laid out differently: full logits, then the same columns
+            logits = mx.take_along_axis(model(ids), where[..., None], axis=1)
+        logits = logits.astype(mx.float32) / self.cfg.temperature
+        picked = mx.take_along_axis(logits, targets[..., None], axis=-1).squeeze(-1)
+        return picked - mx.logsumexp(logits, axis=-1)
+
+    def _loss(self, ids, where, targets, mask, adv, ref, total):
+        cfg = self.cfg
+        logp = self._completion_logps(ids, where, targets)
+        # advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this policy
+        ratio = mx.exp(logp - mx.stop_gradient(logp))
+        clipped_ratio = mx.clip(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)
+        per_token = -mx.minimum(ratio * adv, clipped_ratio * adv)
+        if cfg.beta > 0:  # k3 KL to the adapter-less base model
+            per_token = per_token + cfg.beta * (mx.exp(ref - logp) - (ref - logp) - 1)
+        # token-level normalisation over every completion token of the step (DAPO)
+        loss = (per_token * mask).sum() / total
+        clipped = ((ratio < 1 - cfg.clip_low) & (adv < 0)) | (
+            (ratio > 1 + cfg.clip_high) & (adv > 0)
+        )
+        return loss, (clipped * mask).sum()
+
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """Per-token log-probs of each sample's completion under this node's policy (input order)."""
+        self._activate()
+        self.model.eval()
+        out = []
+        for s in samples:
+            seqs = self._sequences([s])
+            ids, where, targets, _, _ = self._batch(seqs)
+            out.append(self._completion_logps(ids, where, targets)[0].tolist())
+        return out
+
+    def train_step(self, samples: list[Sample]) -> StepStats:
+        """Micro-batched gradient accumulation; micro-batches before the last are evaluated to
+        bound memory, the last one's forward/backward and the AdamW update share one mx.eval."""
+        t0 = time.perf_counter()
+        self._activate()
+        cfg = self.cfg
+        seqs = self._sequences(samples)
+        total_tokens = sum(len(c) for _, c, _ in seqs)
+        if not seqs:
+            return StepStats(0.0, 0, 0, 0.0, 0.0, time.perf_counter() - t0)
+        self.model.train()
+        grads, loss_sum, clip_sum = None, mx.array(0.0), mx.array(0.0)
+        starts = range(0, len(seqs), cfg.micro_batch_size)
+        for i in starts:
+            ids, where, targets, mask, adv = self._batch(seqs[i : i + cfg.micro_batch_size])
+            ref = mx.zeros(mask.shape)
+            if cfg.beta > 0:
+                with self._adapter_off():
+                    ref = mx.stop_gradient(self._completion_logps(ids, where, targets))
+                    mx.eval(ref)
+            (loss, clipped), g = self._value_and_grad(
+                ids, where, targets, mask, adv, ref, mx.array(float(total_tokens))
+            )
+            grads = g if grads is None else tree_map(mx.add, grads, g)
+            loss_sum, clip_sum = loss_sum + loss, clip_sum + clipped
+            if i != starts[-1]:
+                mx.eval(grads, loss_sum, clip_sum)
+        grad_norm = mx.array(0.0)
+        if cfg.max_grad_norm > 0:
+            grads, grad_norm = optim.clip_grad_norm(grads, cfg.max_grad_norm)
+        self.optimizer.update(self.model, grads)
+        mx.eval(
+            self.model.trainable_parameters(), self.optimizer.state, loss_sum, clip_sum, grad_norm
+        )
+        self.lora = dict(tree_flatten(self.model.trainable_parameters()))
+        self.model.eval()
+        return StepStats(
+            loss_sum.item(),
+            len(seqs),
+            total_tokens,
+            clip_sum.item() / max(total_tokens, 1),
+            grad_norm.item(),
+            time.perf_counter() - t0,
+        )
+
+    # ---------------------------------------------------------------------- persistence
+    def _peft_state(self) -> dict[str, mx.array]:
+        """mlx-lm's lora_a (in, r) / lora_b (r, out) as peft's lora_A (r, in) / lora_B (out, r)."""
+        out = {}
+        for name, p in self.lora.items():
+            stem, kind = name.rsplit(".", 1)
+            out[f"{PEFT_PREFIX}{stem}.lora_{kind[-1].upper()}.weight"] = p.T.astype(mx.float32)
+        return out
+
+    def save(self, directory: Path) -> None:
+        directory = Path(directory)
+        mx.save_safetensors(str(directory / ADAPTER_FILE), self._peft_state())
+        config = {
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "r": self.cfg.lora_r,
+            "lora_alpha": self.cfg.lora_alpha,
+            "lora_dropout": self.cfg.lora_dropout,
+            "target_modules": sorted(self.cfg.lora_targets),
+            "saved_by": "sapo-edge mlx backend",
+        }
+        (directory / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        mx.save_safetensors(
+            str(directory / OPTIMIZER_FILE), dict(tree_flatten(self.optimizer.state))
+        )
+
+    def load_adapter(self, path: Path) -> None:
+        """LoRA weights from an adapter safetensors file in peft's layout (torch or MLX wrote it)."""
+        try:
+            state = mx.load(str(path))
+        except Exception as e:
+            raise ValueError(
+                f"adapter {path} cannot be read ({type(e).__name__}: {e}); delete the checkpoint to start over."
+            ) from None
+        wanted = self._peft_state()
+        bad = sorted(set(state) ^ set(wanted)) + [
+            k for k in wanted if k in state and state[k].shape != wanted[k].shape
+        ]
+        if bad:
+            raise ValueError(
+                f"adapter {path} does not fit this model and LoRA settings (lora_r, lora_targets): "
+                f"{len(bad)} tensors differ, e.g. {bad[:3]}"
+            )
+        dtype = next(iter(self.lora.values())).dtype
+        self.lora = {
+            name: state[peft].T.astype(dtype) for name, peft in zip(self.lora, wanted, strict=True)
+        }
+        mx.eval(self.lora)
+        self.shared.active = None
+        self._activate()
+
+    def load(self, directory: Path) -> None:
+        directory = Path(directory)
+        opt = directory / OPTIMIZER_FILE
+        if not opt.is_file() and (directory / "optimizer.pt").is_file():
+            raise ValueError(
+                f"checkpoint {directory} was written by the torch backend: resume it with --backend torch, or use a fresh --out-dir."
+            )
+        self.load_adapter(directory / ADAPTER_FILE)
+        try:
+            state = tree_unflatten(list(mx.load(str(opt)).items()))
+        except Exception as e:
+            raise ValueError(
+                f"checkpoint {directory} cannot be read ({type(e).__name__}: {e}); delete it to start over."
+            ) from None
+        self.optimizer.state = state
+
+    def close(self) -> None:
+        """Drop this node's adapter; the shared base goes with the last one."""
+        for key, shared in list(_SHARED.items()):
+            if shared is self.shared and self.adapter in shared.adapters:
+                shared.adapters.discard(self.adapter)
+                if shared.active == self.adapter:
+                    shared.active = None
+                if not shared.adapters:
+                    del _SHARED[key]
+
+    # ---------------------------------------------------------------------------- report
+    def trainable_parameters(self) -> int:
+        return sum(p.size for p in self.lora.values())
+
+    def memory_report(self) -> dict[str, float]:
+        report = {"peak_rss_mb": peak_rss_mb()}
+        if self.device == "gpu":
+            report["mlx_peak_mb"] = mx.get_peak_memory() / 2**20
+        return report

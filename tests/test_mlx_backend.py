@@ -1,0 +1,168 @@
+"""MLX backend on the tiny random Qwen2 (mlx[cpu] on Linux): parity with torch, the GRPO step, save/load.
+
+Parity: the torch adapter after one step (non-zero LoRA B) is loaded into MLX from torch's
+adapter.safetensors; per-token log-probs, the loss (with the KL term) and the gradient norm agree.
+"""
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlx.core", reason="mlx is not installed (pip install 'sapo-edge[mlx]')")
+pytest.importorskip("mlx_lm", reason="mlx-lm is not installed (pip install 'sapo-edge[mlx]')")
+
+from sapo_edge.backends import load_backend, select_backend  # noqa: E402
+from sapo_edge.backends.base import Sample  # noqa: E402
+from sapo_edge.backends.mlx_backend import MlxBackend  # noqa: E402
+from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
+from sapo_edge.config import Config  # noqa: E402
+
+MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
+LONG = [{"role": "user", "content": "What is 12 times 4? Think step by step, then answer."}]
+GOOD = Sample(MSGS, "<answer>5</answer>", 1.0)
+BAD = Sample(MSGS, "the answer is 7", -1.0)
+SAMPLES = [GOOD, BAD, Sample(LONG, "12 times 4 = 48 so <answer>48</answer>", 0.5, finished=False)]
+QUIET = {"log": lambda m: None}
+
+
+def _cfg(tiny_qwen: Path, **kw) -> Config:
+    base = dict(model=str(tiny_qwen), max_new_tokens=16, lora_r=4, learning_rate=1e-3)
+    return Config(**{**base, "dtype": "float32", **kw})
+
+
+def _mlx(tiny_qwen: Path, adapter: str, compile_step: bool = False, **kw) -> MlxBackend:
+    cfg = _cfg(tiny_qwen, **kw)
+    return MlxBackend(tiny_qwen, cfg, adapter=adapter, compile_step=compile_step, **QUIET)
+
+
+def _total(b, samples: list[Sample]) -> list[float]:
+    return [sum(t) for t in b.logprobs(samples)]
+
+
+def test_select_and_load_backend_build_mlx(tiny_qwen):
+    kind, device = select_backend("mlx", **QUIET)
+    assert kind == "mlx" and device in ("cpu", "gpu")
+    b = load_backend(tiny_qwen, _cfg(tiny_qwen), "sel", device, kind=kind, **QUIET)
+    assert isinstance(b, MlxBackend) and b.name == "mlx" and b.dtype == "float32"
+    assert b.trainable_parameters() > 0
+    b.close()
+
+
+def test_parity_with_torch_logprobs_loss_and_gradient(tiny_qwen, tmp_path):
+    cfg = _cfg(tiny_qwen, beta=0.1)  # the KL term makes the loss depend on the weights
+    t = TorchBackend(tiny_qwen, cfg, adapter="par_t", device="cpu", **QUIET)
+    t.train_step(SAMPLES)  # LoRA B becomes non-zero: the adapter changes the outputs
+    t.save(tmp_path)
+    m = MlxBackend(tiny_qwen, cfg, adapter="par_m", **QUIET)
+    m.load_adapter(tmp_path / "adapter.safetensors")
+    lt, lm = t.logprobs(SAMPLES), m.logprobs(SAMPLES)
+    assert [len(r) for r in lt] == [len(r) for r in lm]
+    assert lt[2][-1] != pytest.approx(lt[1][-1])  # unfinished: no EOS appended, still per token
+    for rt, rm in zip(lt, lm, strict=True):
+        assert rm == pytest.approx(rt, abs=1e-4)
+    st, sm = t.train_step(SAMPLES), m.train_step(SAMPLES)
+    assert (sm.sequences, sm.tokens) == (st.sequences, st.tokens)
+    assert sm.loss == pytest.approx(st.loss, abs=1e-5)
+    surrogate = -sum(s.advantage * len(r) for s, r in zip(SAMPLES, lt, strict=True)) / st.tokens
+    assert st.loss > surrogate + 1e-6  # the k3 KL to the adapter-less base contributed
+    assert sm.grad_norm == pytest.approx(st.grad_norm, rel=1e-4)
+    t.close()
+    m.close()
+
+
+def test_grpo_step_raises_positive_and_lowers_negative(tiny_qwen):
+    m = _mlx(tiny_qwen, "step")
+    before = _total(m, [GOOD, BAD])
+    stats = m.train_step([GOOD, BAD])
+    after = _total(m, [GOOD, BAD])
+    assert stats.sequences == 2 and stats.tokens > 0 and stats.grad_norm > 0
+    assert after[0] > before[0]
+    assert after[1] < before[1]
+
+
+def test_micro_batching_and_the_compiled_step_give_the_same_update(tiny_qwen, tmp_path):
+    one = _mlx(tiny_qwen, "mb_all", micro_batch_size=8, beta=0.1)
+    split = _mlx(tiny_qwen, "mb_one", micro_batch_size=1, compile_step=True, beta=0.1)
+    one.save(tmp_path)
+    split.load(tmp_path)
+    one.train_step(SAMPLES)
+    split.train_step(SAMPLES)
+    for a, b in zip(_total(one, SAMPLES), _total(split, SAMPLES), strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_generate_returns_n_completions_per_prompt_and_is_seeded(tiny_qwen):
+    m = _mlx(tiny_qwen, "gen")
+    kw = dict(max_new_tokens=8, temperature=1.0, top_p=0.9, seed=7)
+    out = m.generate([MSGS, LONG], 3, **kw)
+    assert [len(g) for g in out] == [3, 3]
+    assert all(1 <= g.tokens <= 8 for grp in out for g in grp)
+    assert all(g.finished or g.tokens == 8 for grp in out for g in grp)
+    again = m.generate([MSGS, LONG], 3, **kw)
+    assert [[g.text for g in grp] for grp in out] == [[g.text for g in grp] for grp in again]
+    other = m.generate([MSGS, LONG], 3, **{**kw, "seed": 8})
+    assert [[g.text for g in grp] for grp in out] != [[g.text for g in grp] for grp in other]
+
+
+def test_two_nodes_have_independent_adapters_and_save_load_restores_the_optimizer(
+    tiny_qwen, tmp_path
+):
+    a, b = _mlx(tiny_qwen, "node_a"), _mlx(tiny_qwen, "node_b")
+    base = _total(b, [GOOD])
+    a.train_step([GOOD, BAD])
+    assert _total(b, [GOOD]) == pytest.approx(base)  # training a did not move b
+    assert _total(a, [GOOD]) != pytest.approx(base)
+    a.save(tmp_path)
+    b.load(tmp_path)
+    assert _total(b, [GOOD, BAD]) == pytest.approx(_total(a, [GOOD, BAD]), abs=1e-6)
+    a.train_step([GOOD, BAD])  # same Adam moments and step count: the same second step
+    b.train_step([GOOD, BAD])
+    assert _total(b, [GOOD, BAD]) == pytest.approx(_total(a, [GOOD, BAD]), abs=1e-5)
+
+
+def test_load_rejects_other_lora_shapes_and_torch_checkpoints(tiny_qwen, tmp_path):
+    (tmp_path / "r4").mkdir()
+    _mlx(tiny_qwen, "r4").save(tmp_path / "r4")
+    with pytest.raises(ValueError, match="does not fit"):
+        _mlx(tiny_qwen, "r8", lora_r=8).load(tmp_path / "r4")
+    (tmp_path / "t").mkdir()
+    TorchBackend(tiny_qwen, _cfg(tiny_qwen), adapter="t_ck", device="cpu", **QUIET).save(
+        tmp_path / "t"
+    )
+    with pytest.raises(ValueError, match="torch backend"):
+        _mlx(tiny_qwen, "from_torch").load(tmp_path / "t")
+
+
+def test_unknown_lora_targets_get_a_clear_error(tiny_qwen):
+    with pytest.raises(ValueError, match="lora_targets"):
+        _mlx(tiny_qwen, "bad_targets", lora_targets=["no_such_proj"])
+
+
+def test_near_greedy_generation_matches_torch_token_for_token(tiny_qwen, tmp_path):
+    """Left padding, the batched KV cache and finished rows leaving the batch, against torch."""
+    import torch
+
+    torch.manual_seed(0)  # the LoRA A init, so the trained model below is always the same
+    cfg = _cfg(tiny_qwen, learning_rate=1e-2)
+    t = TorchBackend(tiny_qwen, cfg, adapter="greedy_t", device="cpu", **QUIET)
+    for _ in range(6):  # a random model's greedy text is one repeated token; a trained one varies
+        t.train_step(SAMPLES)
+    t.save(tmp_path)
+    m = MlxBackend(tiny_qwen, cfg, adapter="greedy_m", **QUIET)
+    m.load_adapter(tmp_path / "adapter.safetensors")
+    kw = dict(max_new_tokens=12, temperature=1e-4, top_p=1.0, seed=3)
+    gt, gm = t.generate([MSGS, LONG], 2, **kw), m.generate([MSGS, LONG], 2, **kw)
+    assert [[(g.text, g.tokens, g.finished) for g in grp] for grp in gm] == [
+        [(g.text, g.tokens, g.finished) for g in grp] for grp in gt
+    ]
+    # a token only the second prompt's rollout emits becomes the stop token: those rows finish
+    # early and leave the batch while the others run on
+    ids = [m.tok(grp[0].text, add_special_tokens=False)["input_ids"] for grp in gm]
+    t.eos_ids = m.eos_ids = [next(i for i in ids[1][1:] if i not in ids[0])]
+    gt, gm = t.generate([MSGS, LONG], 2, **kw), m.generate([MSGS, LONG], 2, **kw)
+    assert [g.finished for grp in gm for g in grp] == [False, False, True, True]
+    assert [[(g.text, g.tokens, g.finished) for g in grp] for grp in gm] == [
+        [(g.text, g.tokens, g.finished) for g in grp] for grp in gt
+    ]
+    t.close()
+    m.close()
