@@ -128,6 +128,9 @@ def convert_gguf(
     progress(f"converting {gguf.name} to safetensors in {out} (once; ~30 s)...")
     import torch  # the conversion is a one-off torch job; training may use another backend
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our one progress line instead of three bars
 
     try:
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
