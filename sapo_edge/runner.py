@@ -143,6 +143,11 @@ class _NetStatus:
     def on_message(self, node: str, text: str) -> None:
         self.inner.on_message(node, text)
 
+    def on_phase(self, node, phase: str) -> None:
+        on_phase = getattr(self.inner, "on_phase", None)
+        if on_phase is not None:
+            on_phase(node, phase)
+
 
 def run_sim(
     cfg: Config, callback: Callback | None = None, log: Callable[[str], None] = print

@@ -54,3 +54,38 @@ def test_run_joins_the_swarm_under_its_identity(tiny_qwen, tmp_path, capsys) -> 
     assert "hunter2" not in saved and '"room": "lab"' in saved
     assert main([*argv, "--solo", *FAST]) == 0  # --solo: no network at all
     assert "solo (no peers)" in capsys.readouterr().out
+
+
+def test_a_networked_node_reports_every_phase_to_its_callback(tiny_qwen, tmp_path) -> None:
+    """The dashboard learns the node and its phases through on_phase: the network's status
+    wrapper must pass it on (it once swallowed it, leaving the header and feed empty)."""
+    from sapo_edge.runner import run_single
+
+    seen: list[str] = []
+
+    class Recorder:
+        def on_round(self, report) -> None:
+            seen.append("round")
+
+        def on_message(self, node: str, text: str) -> None:
+            pass
+
+        def on_phase(self, node, phase: str) -> None:
+            seen.append(phase)
+
+    cfg = Config(
+        model=str(tiny_qwen),
+        rounds=1,
+        out_dir=str(tmp_path),
+        mdns=False,
+        listen="127.0.0.1:0",
+        domains={"basic_arithmetic": 1.0},
+        questions_per_round=1,
+        group_size=2,
+        max_new_tokens=4,
+        local_samples=1,
+        external_samples=0,
+    )
+    run_single(cfg, callback=Recorder(), log=lambda _m: None)
+    assert seen[:5] == ["sampling", "generating", "scoring", "sharing", "training"]
+    assert "round" in seen
