@@ -28,6 +28,7 @@ from transformers import AutoTokenizer
 
 from ..config import Config
 from .base import Generation, Sample, StepStats, peak_rss_mb
+from .tokens import prompt_ids, training_sequences
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -181,10 +182,7 @@ class MlxBackend:
                 m.scale = s
 
     def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        ids = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)[-self.cfg.max_prompt_tokens :]
+        return prompt_ids(self.tok, messages, self.cfg.max_prompt_tokens)
 
     # -------------------------------------------------------------------------- generate
     def _sample(self, logits: mx.array, temperature: float, top_p: float, key) -> mx.array:
@@ -238,14 +236,14 @@ class MlxBackend:
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
-        seqs = []
-        limit = self.cfg.max_new_tokens
-        for s in samples:
-            c = self.tok(s.completion, add_special_tokens=False)["input_ids"]
-            c = (c[: limit - 1] + [self.eos_ids[0]]) if s.finished else c[:limit]
-            if c:
-                seqs.append((self._prompt_ids(s.messages), c, float(s.advantage)))
-        return sorted(seqs, key=lambda x: len(x[0]) + len(x[1]))  # similar lengths batch together
+        cfg = self.cfg
+        return training_sequences(
+            self.tok,
+            samples,
+            max_new_tokens=cfg.max_new_tokens,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            eos_id=self.eos_ids[0],
+        )
 
     def _batch(self, seqs) -> tuple[mx.array, ...]:
         """Right-padded prompt+completion rows (positions start at 0 in every row, as in torch)."""
