@@ -94,6 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
         "sim", help="simulate N nodes on this machine and print the cumulative-reward table"
     )
     _add_config_flags(sim, "sim")
+    ev = sub.add_parser(
+        "eval",
+        help="held-out pass@1 of the base model or a checkpoint (questions no node trains on)",
+    )
+    ev.add_argument("--questions", type=int, default=32, help="held-out questions (default 32)")
+    ev.add_argument("--samples", type=int, default=4, help="completions per question (default 4)")
+    ev.add_argument(
+        "--checkpoint",
+        default="",
+        metavar="DIR",
+        help="a round-NNNNNN folder or a node's output folder (newest checkpoint); "
+        "empty = the base model",
+    )
+    ev.add_argument("--eval-seed", type=int, default=0, help="picks another held-out set")
+    _add_config_flags(ev, "eval")
     sub.add_parser("models", help="list built-in model aliases and the model cache folder")
     relay = sub.add_parser(
         "relay", help="forward signed rollout batches among nodes that cannot see each other"
@@ -159,6 +174,17 @@ def main(argv: list[str] | None = None) -> int:
             runner.run_single(cfg)
         elif args.command == "sim":
             runner.run_sim(cfg)
+        elif args.command == "eval":
+            from .evaluate import evaluate
+
+            result = evaluate(
+                cfg,
+                questions=args.questions,
+                samples=args.samples,
+                checkpoint=args.checkpoint,
+                seed=args.eval_seed,
+            )
+            print(result.table())
         return 0
     except ConfigError as e:
         print(f"sapo-edge: config error: {e}", file=sys.stderr)

@@ -66,7 +66,10 @@ class TorchBackend:
         device: str,
         log: Callable[[str], None] = print,
     ):
-        self.cfg, self.device, self.adapter = cfg, device, adapter
+        self.cfg, self.device = cfg, device
+        # peft keeps adapters as module attributes: a prefix keeps a node named "train" or
+        # "eval" from colliding with nn.Module's own attributes
+        self.adapter = adapter = f"node_{adapter}"
         torch_dtype = resolve_dtype(cfg.dtype, device)
         self.dtype = str(torch_dtype).removeprefix("torch.")
         lora = LoraConfig(
@@ -94,7 +97,7 @@ class TorchBackend:
                 log(f"loaded {model_dir} on {device} as {self.dtype}")
             elif adapter in shared.adapters:
                 raise ValueError(
-                    f"two nodes named {adapter!r} in one process: give each node its own name."
+                    f"two nodes named {adapter.removeprefix('node_')!r} in one process: give each node its own name."
                 )
             else:
                 shared.model.add_adapter(adapter, lora)

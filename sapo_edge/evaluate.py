@@ -1,0 +1,107 @@
+"""Held-out evaluation: pass@1 (mean verifier reward over sampled completions) on questions no
+node trains on, for the base model or a node's checkpoint. Used by `sapo-edge eval`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .backends import load_backend, select_backend
+from .checkpoints import find_latest
+from .config import Config
+from .models import resolve_model
+from .prompts import build_messages
+from .rewards import RewardConfig, score_completion
+from .tasks import Task, TaskSampler, regenerate
+
+# Node seeds are 31-bit (tasks.node_seed); held-out questions come from seeds at 2**40 and up,
+# so no node's question stream reaches them.
+HELDOUT_SEED = 2**40
+
+
+@dataclass
+class EvalResult:
+    questions: int
+    samples: int  # completions per question
+    pass_at_1: float  # mean reward over all completions
+    by_domain: dict[str, float]
+    source: str  # "base model" or the checkpoint directory
+
+    def table(self) -> str:
+        rows = [f"{'domain':<26} {'pass@1':>7}"]
+        rows += [f"{d:<26} {v:>7.3f}" for d, v in sorted(self.by_domain.items())]
+        rows.append(f"{'all':<26} {self.pass_at_1:>7.3f}")
+        head = f"{self.questions} held-out questions x {self.samples} samples, {self.source}"
+        return head + "\n" + "\n".join(rows)
+
+
+def heldout_tasks(cfg: Config, questions: int, seed: int = 0) -> list[Task]:
+    """The same questions for every run with the same domains, configs and seed."""
+    sampler = TaskSampler(cfg.domains, cfg.domain_configs, HELDOUT_SEED + seed)
+    return [regenerate(ref) for ref in sampler.sample_batch(questions)]
+
+
+def evaluate(
+    cfg: Config,
+    *,
+    questions: int,
+    samples: int,
+    checkpoint: str = "",
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> EvalResult:
+    if questions < 1 or samples < 1:
+        raise ValueError("--questions and --samples must be 1 or more.")
+    tasks = heldout_tasks(cfg, questions, seed)  # a bad domain fails before the model loads
+    kind, device = select_backend(cfg.backend, log=log)
+    model = resolve_model(cfg.model, progress=log)
+    backend = load_backend(model.path, cfg, adapter="eval", device=device, log=log, kind=kind)
+    source = "base model"
+    try:
+        if checkpoint:
+            path = Path(checkpoint)
+            if not (
+                path / "COMPLETE"
+            ).is_file():  # a node's folder or checkpoints/: take the newest
+                found = find_latest(
+                    path / "checkpoints" if (path / "checkpoints").is_dir() else path, log
+                )
+                if found is None:
+                    raise ValueError(
+                        f"no complete checkpoint under {path}: pass a round-NNNNNN folder or a node's output folder."
+                    )
+                path = found.path
+            backend.load(path)
+            source = f"checkpoint {path}"
+        rewards = RewardConfig(
+            lenient=cfg.lenient,
+            lenient_credit=cfg.lenient_credit,
+            format_reward=cfg.format_reward,
+            partial_credit=cfg.partial_credit,
+        )
+        gens = backend.generate(
+            [build_messages(t.question) for t in tasks],
+            samples,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            seed=HELDOUT_SEED % 2**31 + seed,
+        )
+    finally:
+        backend.close()
+    by_domain: dict[str, list[float]] = {}
+    for task, group in zip(tasks, gens, strict=True):
+        by_domain.setdefault(task.domain, []).extend(
+            score_completion(task, g.text, rewards) for g in group
+        )
+    scores = [s for v in by_domain.values() for s in v]
+    return EvalResult(
+        questions,
+        samples,
+        statistics.fmean(scores),
+        {d: statistics.fmean(v) for d, v in by_domain.items()},
+        source,
+    )
