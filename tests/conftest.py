@@ -18,3 +18,19 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _own_identity_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """No test reads or writes the user's ~/.config/sapo-edge (the node identity lives there)."""
     monkeypatch.setenv("SAPO_EDGE_HOME", str(tmp_path_factory.mktemp("sapo-edge-home")))
+
+
+@pytest.fixture
+def nodes():
+    """Start loopback NetworkTransports (short heartbeats) on demand; all closed afterwards."""
+    from swarm_util import net
+
+    made = []
+
+    def make(**kw):
+        made.append(net(**kw))
+        return made[-1]
+
+    yield make
+    for n in made:
+        n.close()

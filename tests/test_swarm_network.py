@@ -9,27 +9,12 @@ import json
 import time
 
 import aiohttp
-import pytest
-from swarm_util import batch_for, group, net
+from swarm_util import batch_for, group
 
 from sapo_edge.rollout import encode_batch
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.peer import HandshakeError, handshake, read_raw
 from sapo_edge.swarm.protocol import make_hello, make_rollouts, new_nonce, room_hash, room_key
-
-
-@pytest.fixture
-def nodes():
-    made = []
-
-    def make(**kw):
-        n = net(**kw)
-        made.append(n)
-        return n
-
-    yield make
-    for n in made:
-        n.close()
 
 
 def url(node) -> str:

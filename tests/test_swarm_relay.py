@@ -8,7 +8,7 @@ import asyncio
 
 import aiohttp
 import pytest
-from swarm_util import RelayThread, batch_for, net
+from swarm_util import RelayThread, batch_for
 
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.peer import Outbox, handshake, read_raw
@@ -28,20 +28,6 @@ def relay_of():
     yield make
     for r in made:
         r.close()
-
-
-@pytest.fixture
-def nodes():
-    made = []
-
-    def make(**kw):
-        n = net(**kw)
-        made.append(n)
-        return n
-
-    yield make
-    for n in made:
-        n.close()
 
 
 def nodes_in(r: RelayThread) -> int:

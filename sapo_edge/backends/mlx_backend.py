@@ -236,14 +236,7 @@ class MlxBackend:
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
-        cfg = self.cfg
-        return training_sequences(
-            self.tok,
-            samples,
-            max_new_tokens=cfg.max_new_tokens,
-            max_prompt_tokens=cfg.max_prompt_tokens,
-            eos_id=self.eos_ids[0],
-        )
+        return training_sequences(self.tok, samples, self.cfg, self.eos_ids[0])
 
     def _batch(self, seqs) -> tuple[mx.array, ...]:
         """Right-padded prompt+completion rows (positions start at 0 in every row, as in torch)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..config import Config
 from .base import Sample
 
 
@@ -14,11 +15,12 @@ def prompt_ids(tok, messages: list[dict[str, str]], max_prompt_tokens: int) -> l
 
 
 def training_sequences(
-    tok, samples: list[Sample], *, max_new_tokens: int, max_prompt_tokens: int, eos_id: int
+    tok, samples: list[Sample], cfg: Config, eos_id: int
 ) -> list[tuple[list[int], list[int], float]]:
     """(prompt ids, completion ids, advantage) per sample, completions re-tokenised locally (EOS
     appended when the completion finished), sorted by length so micro-batches pad little."""
     seqs = []
+    max_new_tokens, max_prompt_tokens = cfg.max_new_tokens, cfg.max_prompt_tokens
     for s in samples:
         c = tok(s.completion, add_special_tokens=False)["input_ids"]
         c = (c[: max_new_tokens - 1] + [eos_id]) if s.finished else c[:max_new_tokens]

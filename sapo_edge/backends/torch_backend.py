@@ -178,14 +178,7 @@ class TorchBackend:
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
-        cfg = self.cfg
-        return training_sequences(
-            self.tok,
-            samples,
-            max_new_tokens=cfg.max_new_tokens,
-            max_prompt_tokens=cfg.max_prompt_tokens,
-            eos_id=self.eos_ids[0],
-        )
+        return training_sequences(self.tok, samples, self.cfg, self.eos_ids[0])
 
     def _completion_logps(
         self, prompts: list[list[int]], comps: list[list[int]]
