@@ -116,3 +116,27 @@ def test_logprobs_with_prefix_sharing_match_a_plain_forward_pass(tiny_qwen):
             -1, torch.tensor(comp)[:, None]
         )[:, 0]
         assert lp == pytest.approx(ref.tolist(), abs=1e-4)
+
+
+def test_prefix_shared_generation_matches_transformers_generate(tiny_qwen):
+    """Near-zero temperature makes sampling greedy: the shared-prefix decode loop (left padding,
+    one prefill per prompt, finished rows leaving the batch) must pick what generate() picks."""
+    import torch
+
+    b = _backend(tiny_qwen, "greedy")
+    prompts = [MSGS, [{"role": "user", "content": "Calculate 9 + 1 and explain it at length."}]]
+    got = b.generate(prompts, 2, max_new_tokens=12, temperature=1e-6, top_p=1.0, seed=0)
+    ids, mask = b._left_pad([b._prompt_ids(m) for m in prompts])
+    with torch.no_grad():
+        ref = b.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=12,
+            eos_token_id=b.eos_ids,
+            pad_token_id=b.tok.pad_token_id,
+        )[:, ids.shape[1] :]
+    for grp, row in zip(got, ref.tolist(), strict=True):
+        end = next((j for j, t in enumerate(row) if t in b.eos_ids), len(row))
+        want = b.tok.decode(row[:end], skip_special_tokens=True)
+        assert [g.text for g in grp] == [want, want]

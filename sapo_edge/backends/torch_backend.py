@@ -22,7 +22,7 @@ from peft import (
     set_peft_model_state_dict,
 )
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
 from ..config import Config
@@ -45,6 +45,16 @@ hf_logging.disable_progress_bar()  # one line per round, not weight-loading bars
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 _SHARED: dict[tuple[str, str, str], _SharedBase] = {}
+
+
+def _sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    """One token per row from temperature-scaled logits, nucleus-filtered when top_p < 1."""
+    probs = torch.softmax(logits, -1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+    return torch.multinomial(probs, 1, generator=gen).squeeze(1)
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
@@ -145,82 +155,129 @@ class TorchBackend:
     # -------------------------------------------------------------------------- generate
     @torch.inference_mode()
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+        """n completions per prompt. Each prompt is prefilled once and its KV cache repeated n
+        times (prefix sharing); a completion leaves the batch as soon as it ends."""
         self._activate()
         self.model.eval()
-        prompt_ids = [self._prompt_ids(m) for m in prompts]
-        ids, mask = self._left_pad([p for p in prompt_ids for _ in range(n)])
-        gen_cfg = GenerationConfig(
-            do_sample=True,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=0,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=self.tok.pad_token_id,
-            eos_token_id=self.eos_ids,
-        )
-        torch.manual_seed(seed)
-        out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_cfg)
-        new = out[:, ids.shape[1] :].tolist()
-        results: list[list[Generation]] = []
-        eos = set(self.eos_ids)
-        for i, row in enumerate(new):
-            end = next((j for j, t in enumerate(row) if t in eos), None)
-            toks = row if end is None else row[:end]
-            g = Generation(
-                self.tok.decode(toks, skip_special_tokens=True),
-                len(toks) + (end is not None),
-                end is not None,
+        ids, mask = self._left_pad([self._prompt_ids(m) for m in prompts])
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        if ids.shape[1] > 1:  # all but the last prompt token, once per prompt
+            self.model(
+                input_ids=ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                position_ids=pos[:, :-1],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
             )
+            cache.batch_repeat_interleave(n)
+        cur, mask, pos = (t.repeat_interleave(n, 0) for t in (ids[:, -1:], mask, pos[:, -1:]))
+        rows = torch.arange(len(cur), device=self.device)  # which completion each batch row is
+        out: list[list[int]] = [[] for _ in range(len(cur))]
+        ended = [False] * len(cur)
+        eos = torch.tensor(self.eos_ids, device=self.device)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        for _ in range(max_new_tokens):
+            logits = self.model(
+                input_ids=cur,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+            nxt = _sample(logits.float() / temperature, top_p, gen)
+            done = torch.isin(nxt, eos)
+            for r, t, d in zip(rows.tolist(), nxt.tolist(), done.tolist(), strict=True):
+                out[r].append(t)
+                ended[r] = d
+            if done.all():
+                break
+            if done.any():  # finished completions leave the batch and the cache
+                keep = (~done).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
+            cur, pos = nxt[:, None], pos + 1
+            mask = torch.cat([mask, mask.new_ones(len(mask), 1)], 1)
+        results: list[list[Generation]] = []
+        for i, toks in enumerate(out):
+            text = self.tok.decode(toks[:-1] if ended[i] else toks, skip_special_tokens=True)
             if i % n == 0:
                 results.append([])
-            results[-1].append(g)
+            results[-1].append(Generation(text, len(toks), ended[i]))
         return results
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
         return training_sequences(self.tok, samples, self.cfg, self.eos_ids[0])
 
+    def _micro_batches(self, seqs: list) -> list[list]:
+        """Rows that share a prompt, at most micro_batch_size of them: each is one forward pass."""
+        by_prompt: dict[tuple[int, ...], list] = {}
+        for row in seqs:
+            by_prompt.setdefault(tuple(row[0]), []).append(row)
+        size = self.cfg.micro_batch_size
+        return [
+            rows[i : i + size] for rows in by_prompt.values() for i in range(0, len(rows), size)
+        ]
+
     def _completion_logps(
-        self, prompts: list[list[int]], comps: list[list[int]]
+        self, prompt: list[int], comps: list[list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs of the completion tokens only (logits_to_keep, one row at a time)."""
-        width_c = max(len(c) for c in comps)
+        """Per-token log-probs of completions of one prompt. The prompt runs once and its KV cache
+        is repeated for every completion (prefix sharing); logits only for completion tokens."""
+        m, width = len(comps), max(len(c) for c in comps)
         pad = self.tok.pad_token_id
-        ids, mask = self._left_pad(prompts)  # every prompt ends at the same column...
-        comp = torch.tensor([c + [pad] * (width_c - len(c)) for c in comps], device=self.device)
+        comp = torch.tensor([c + [pad] * (width - len(c)) for c in comps], device=self.device)
         cmask = torch.tensor(
-            [[1] * len(c) + [0] * (width_c - len(c)) for c in comps], device=self.device
+            [[1] * len(c) + [0] * (width - len(c)) for c in comps], device=self.device
         )
-        ids, mask = (
-            torch.cat([ids, comp], 1),
-            torch.cat([mask, cmask], 1),
-        )  # ...so completions start together
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos, logits_to_keep=width_c + 1
-        ).logits
-        logits = logits[:, :-1]  # position t predicts token t+1
+        cache = DynamicCache(config=self.model.config)
+        first = self.model(
+            input_ids=torch.tensor([prompt], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[0]  # [1, vocab]: the prompt's last position predicts every first token
+        logp = self._token_logps(first.expand(m, -1)[:, None], comp[:, :1])
+        if width > 1:
+            cache.batch_repeat_interleave(m)
+            n = len(prompt)
+            rest = self.model(
+                input_ids=comp[:, :-1],
+                attention_mask=torch.cat([cmask.new_ones(m, n), cmask[:, :-1]], 1),
+                position_ids=torch.arange(n, n + width - 1, device=self.device).expand(m, -1),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
+            logp = torch.cat([logp, self._token_logps(rest, comp[:, 1:])], 1)
+        return logp, cmask.float()
+
+    def _token_logps(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(target) per position: a selective log-softmax, one row at a time, so no
+        full-vocabulary copy of the logits is made for the whole micro-batch."""
         rows = []
-        for row_logits, row_targets in zip(
-            logits, comp, strict=True
-        ):  # selective log-softmax, row by row
-            row_logits = row_logits.float() / self.cfg.temperature
+        for row_logits, row_targets in zip(logits, targets, strict=True):
+            row_logits = row_logits.float()
+            if self.cfg.temperature != 1.0:
+                row_logits = row_logits / self.cfg.temperature
             rows.append(
                 row_logits.gather(-1, row_targets[:, None]).squeeze(-1)
                 - torch.logsumexp(row_logits, -1)
             )
-        return torch.stack(rows), cmask.float()
+        return torch.stack(rows)
 
     @torch.no_grad()
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """Per-token log-probs of each sample's completion under this node's policy (input order)."""
         self._activate()
         self.model.eval()
-        out = []
-        for s in samples:
-            ((p, c, _),) = self._sequences([s])
-            logp, _ = self._completion_logps([p], [c])
-            out.append(logp[0].tolist())
+        seqs = [(*self._sequences([s])[0], i) for i, s in enumerate(samples)]
+        out: list[list[float]] = [[] for _ in samples]
+        for mb in self._micro_batches(seqs):
+            logp, mask = self._completion_logps(mb[0][0], [c for _, c, _, _ in mb])
+            for (_, c, _, i), row in zip(mb, logp, strict=True):
+                out[i] = row[: len(c)].tolist()
         return out
 
     def train_step(self, samples: list[Sample]) -> StepStats:
@@ -231,9 +288,8 @@ class TorchBackend:
         seqs = self._sequences(samples)
         total_tokens = sum(len(c) for _, c, _ in seqs)
         loss_sum, clipped = 0.0, 0.0
-        for i in range(0, len(seqs), cfg.micro_batch_size):
-            mb = seqs[i : i + cfg.micro_batch_size]
-            logp, mask = self._completion_logps([p for p, _, _ in mb], [c for _, c, _ in mb])
+        for mb in self._micro_batches(seqs):
+            logp, mask = self._completion_logps(mb[0][0], [c for _, c, _ in mb])
             adv = torch.tensor([a for _, _, a in mb], device=self.device)[:, None]
             # 4. advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this policy,
             #    so old log-probs are the detached current ones: no second forward pass.
@@ -242,7 +298,7 @@ class TorchBackend:
             per_token = -torch.min(ratio * adv, clipped_ratio * adv)
             if cfg.beta > 0:  # k3 KL to the base model = this model with the adapter switched off
                 with torch.no_grad(), self.model.disable_adapter():
-                    ref, _ = self._completion_logps([p for p, _, _ in mb], [c for _, c, _ in mb])
+                    ref, _ = self._completion_logps(mb[0][0], [c for _, c, _ in mb])
                 per_token = per_token + cfg.beta * (torch.exp(ref - logp) - (ref - logp) - 1)
             # 5. token-level normalisation over every completion token of the step (DAPO)
             loss = (per_token * mask).sum() / max(total_tokens, 1)

@@ -1,0 +1,335 @@
+"""Benchmark workers, one process each, driven by bench/vs_trl.py over stdin/stdout.
+
+    python bench/workers.py sapo|trl|node SPEC_JSON
+
+A worker loads its model, prints `READY`, then for every round waits for a `go` line on stdin,
+runs the round and prints `RESULT {json}`. Everything else goes to stderr. Peak RSS is the
+process's own (ru_maxrss), so each framework is measured in its own process.
+
+- sapo: the torch backend on the fixed batch: generate G completions per question, score them,
+  one GRPO/DAPO step on all of them (zero-advantage groups included, as TRL does).
+- trl: TRL's GRPOTrainer on the same batch, model, LoRA, sampling and loss settings; one
+  optimizer step per round (num_iterations=1, beta=0).
+- node: a real sapo-edge Node round (the trainer's code path) that also receives E external
+  groups from 8 in-process peers before each round: the scaling table.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sapo_edge.config import Config
+from sapo_edge.prompts import build_messages
+from sapo_edge.rewards import RewardConfig, score_completion
+from sapo_edge.tasks import TaskSampler, regenerate
+
+REWARD = RewardConfig(lenient=True, lenient_credit=0.5)
+
+
+@dataclass
+class Spec:
+    model_dir: str
+    model_id: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    questions: int = 4
+    group_size: int = 8
+    max_new_tokens: int = 128
+    rounds: int = 4  # including the warm-up round
+    external: int = 0  # node worker: groups received from peers before each round
+    dtype: str = "float32"
+    seed: int = 2026  # picks the fixed reasoning-gym batch
+    domains: dict = field(default_factory=lambda: dict(Config().domains))
+
+    def config(self, **kw) -> Config:
+        base = dict(
+            model=self.model_dir,
+            dtype=self.dtype,
+            domains=self.domains,
+            questions_per_round=self.questions,
+            local_samples=self.questions,
+            external_samples=0,
+            group_size=self.group_size,
+            max_new_tokens=self.max_new_tokens,
+            lenient=True,
+            lenient_credit=0.5,
+            checkpoint_every=0,
+        )
+        return Config(**{**base, **kw})
+
+
+def fixed_tasks(spec: Spec):
+    """The same reasoning-gym questions for every worker: one from each of `questions` domains."""
+    sampler = TaskSampler(spec.domains, {}, spec.seed)
+    return [regenerate(ref) for ref in sampler.sample_batch(spec.questions)]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def wait_go() -> bool:
+    line = sys.stdin.readline()
+    return line.strip() == "go"
+
+
+def report(**values) -> None:
+    print("RESULT " + json.dumps({**values, "peak_rss_mb": peak_rss_mb()}), flush=True)
+
+
+# --------------------------------------------------------------------------------- sapo-edge
+def run_sapo(spec: Spec) -> None:
+    from sapo_edge.advantages import group_advantages
+    from sapo_edge.backends import load_backend
+    from sapo_edge.backends.base import Sample
+
+    cfg = spec.config()
+    tasks = fixed_tasks(spec)
+    prompts = [build_messages(t.question) for t in tasks]
+    backend = load_backend(Path(spec.model_dir), cfg, "bench", "cpu", log, kind="torch")
+    print("READY", flush=True)
+    for r in range(spec.rounds):
+        if not wait_go():
+            return
+        t0 = time.perf_counter()
+        groups = backend.generate(
+            prompts,
+            spec.group_size,
+            max_new_tokens=spec.max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            seed=r,
+        )
+        gen_s = time.perf_counter() - t0
+        samples = []
+        for task, msgs, group in zip(tasks, prompts, groups, strict=True):
+            rewards = [score_completion(task, g.text, REWARD) for g in group]
+            for g, a in zip(group, group_advantages(rewards), strict=True):
+                samples.append(Sample(msgs, g.text, a, g.finished))
+        stats = backend.train_step(samples)
+        round_s = time.perf_counter() - t0
+        floor = gemm_floor(backend, samples) if r == spec.rounds - 1 else None
+        report(
+            round_s=round_s,
+            gen_s=gen_s,
+            gen_tokens=sum(g.tokens for grp in groups for g in grp),
+            step_s=stats.seconds,
+            step_tokens=stats.tokens,
+            gemm_floor_s=floor,
+        )
+
+
+def gemm_floor(backend, samples) -> dict:
+    """The step's linear-layer matmuls as plain torch GEMMs at this step's shapes (forward, and
+    backward to the inputs: the base weights are frozen), timed in this process. Attention
+    scores, norms and LoRA's small matmuls are left out, so this is a floor, not an estimate."""
+    import torch
+
+    c = backend.model.base_model.model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    q, kv, h, inter = (
+        c.num_attention_heads * head_dim,
+        c.num_key_value_heads * head_dim,
+        c.hidden_size,
+        c.intermediate_size,
+    )
+    shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)]
+    dtype = next(backend.model.parameters()).dtype
+    weights = {s: torch.randn(*s, dtype=dtype) for s in shapes + [(h, c.vocab_size)]}
+    batches = backend._micro_batches(backend._sequences(samples))
+    flops, seconds = 0.0, 0.0
+    with torch.no_grad():
+        for rows in batches:
+            tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
+            comp_tokens = sum(len(comp) for _, comp, _ in rows)
+            work = [(tokens, s, c.num_hidden_layers) for s in shapes] + [
+                (comp_tokens, (h, c.vocab_size), 1)
+            ]
+            for m, (k, n), times in work:
+                x, g, w = (
+                    torch.randn(m, k, dtype=dtype),
+                    torch.randn(m, n, dtype=dtype),
+                    weights[(k, n)],
+                )
+                x @ w, g @ w.T  # warm
+                t0 = time.perf_counter()
+                for _ in range(times):
+                    x @ w
+                    g @ w.T
+                seconds += time.perf_counter() - t0
+                flops += 4.0 * m * k * n * times
+    return {"seconds": seconds, "gflop": flops / 1e9, "gflops_per_s": flops / 1e9 / seconds}
+
+
+# ----------------------------------------------------------------------------------------- TRL
+def run_trl(spec: Spec) -> None:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    cfg = spec.config()
+    tasks = fixed_tasks(spec)
+    dataset = Dataset.from_list(
+        [{"prompt": build_messages(t.question), "task": i} for i, t in enumerate(tasks)]
+    )
+
+    def reward(prompts, completions, task, **_):
+        return [
+            score_completion(tasks[i], c[0]["content"], REWARD)
+            for c, i in zip(completions, task, strict=True)
+        ]
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[spec.dtype]
+    model = AutoModelForCausalLM.from_pretrained(spec.model_dir, dtype=dtype)
+    tok = AutoTokenizer.from_pretrained(spec.model_dir)
+    out = tempfile.mkdtemp(prefix="bench-trl-")
+    args = GRPOConfig(
+        output_dir=out,
+        per_device_train_batch_size=spec.questions * spec.group_size,
+        num_generations=spec.group_size,
+        max_completion_length=spec.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=cfg.clip_low,
+        epsilon_high=cfg.clip_high,
+        learning_rate=cfg.learning_rate,
+        max_grad_norm=cfg.max_grad_norm,
+        max_steps=spec.rounds,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        bf16=spec.dtype == "bfloat16",
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    lora = LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=dataset,
+        peft_config=lora,
+        processing_class=tok,
+    )
+    timing = {"gen_s": 0.0, "gen_tokens": 0}
+    peft_model = trainer.model
+    generate = peft_model.generate
+    eos = set(trainer.eos_token_ids) if hasattr(trainer, "eos_token_ids") else {tok.eos_token_id}
+
+    def timed_generate(*a, **kw):  # TRL calls the unwrapped (peft) model's generate
+        t0 = time.perf_counter()
+        ids = generate(*a, **kw)
+        timing["gen_s"] += time.perf_counter() - t0
+        new = ids[:, kw["input_ids"].shape[1] :].tolist()
+        timing["gen_tokens"] += sum(
+            next((j + 1 for j, t in enumerate(row) if t in eos), len(row)) for row in new
+        )
+        return ids
+
+    peft_model.generate = timed_generate
+
+    class Lockstep(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            if not wait_go():
+                control.should_training_stop = True
+            timing.update(gen_s=0.0, gen_tokens=0, t0=time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):
+            round_s = time.perf_counter() - timing["t0"]
+            report(
+                round_s=round_s,
+                gen_s=timing["gen_s"],
+                gen_tokens=timing["gen_tokens"],
+                step_s=round_s - timing["gen_s"],
+            )
+
+    trainer.add_callback(Lockstep())
+    print("READY", flush=True)
+    trainer.train()
+
+
+# ------------------------------------------------------------------------- node (scaling)
+def run_node(spec: Spec) -> None:
+    from sapo_edge.backends import load_backend
+    from sapo_edge.rollout import RolloutGroup, encode_batch
+    from sapo_edge.swarm.transport import InProcessHub
+    from sapo_edge.trainer import Node, PrintCallback
+
+    cfg = spec.config(external_samples=4 if spec.external else 0)
+    hub = InProcessHub()
+    backend = load_backend(Path(spec.model_dir), cfg, "bench", "cpu", log, kind="torch")
+    out = Path(tempfile.mkdtemp(prefix="bench-node-"))
+    node = Node(
+        cfg,
+        backend,
+        hub.connect("bench-node"),
+        node_id="bench-node",
+        name="bench",
+        model_id=spec.model_id,
+        out_dir=out / "bench",
+        callback=PrintCallback(log),
+    )
+    peers = [hub.connect(f"peer-{p}") for p in range(8)]
+    peer_tasks = TaskSampler(spec.domains, {}, spec.seed + 1)
+    print("READY", flush=True)
+    for r in range(spec.rounds):
+        if not wait_go():
+            return
+        # peers' groups: real questions of this node's domains, half of the completions right
+        for i in range(spec.external):
+            task = regenerate(peer_tasks.sample_batch(1)[0])
+            right = f"The result is <answer>{task.answer}</answer>"
+            texts = [right if j % 2 == 0 else "<answer>-1</answer>" for j in range(spec.group_size)]
+            group = RolloutGroup(
+                task.ref,
+                task.question,
+                task.answer,
+                tuple(texts),
+                tuple(float(j % 2 == 0) for j in range(spec.group_size)),
+                f"peer-{i % 8}",
+                spec.model_id,
+                r,
+                time.time(),
+            )
+            peers[i % 8].publish(encode_batch([group]))
+        rep = node.run_round()
+        report(
+            round_s=rep.round_seconds,
+            gen_s=rep.gen_seconds,
+            gen_tokens=rep.gen_tokens,
+            step_s=rep.train_seconds,
+            step_tokens=rep.train_tokens,
+            received=rep.received,
+            external_used=rep.external_used,
+        )
+
+
+def main() -> None:
+    kind, spec = sys.argv[1], Spec(**json.loads(sys.argv[2]))
+    {"sapo": run_sapo, "trl": run_trl, "node": run_node}[kind](spec)
+
+
+if __name__ == "__main__":
+    main()
