@@ -35,6 +35,9 @@ SCALING = (  # (G, max completion tokens, external groups received per round)
 )
 
 
+NOTES = "<!-- notes: written by hand, kept when the benchmark rewrites this file -->"
+
+
 class Worker:
     def __init__(self, kind: str, spec: Spec, log_path: Path):
         self.kind = kind
@@ -275,6 +278,8 @@ def main() -> int:
     scale = [] if args.no_scaling else scaling(spec, args.logs, configs)
     text = render(args, spec, summary, raw, scale, time.time() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.is_file() and NOTES in (old := args.out.read_text()):
+        text += "\n" + NOTES + old.split(NOTES, 1)[1]  # hand-written notes survive a re-run
     args.out.write_text(text)
     print(text)
     return 0

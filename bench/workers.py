@@ -173,9 +173,10 @@ def gemm_floor(backend, samples) -> dict:
 def run_trl(spec: Spec) -> None:
     import torch
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    from sapo_edge.backends.torch_backend import lora_config
 
     cfg = spec.config()
     tasks = fixed_tasks(spec)
@@ -218,19 +219,12 @@ def run_trl(spec: Spec) -> None:
         dataloader_num_workers=0,
         seed=0,
     )
-    lora = LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=list(cfg.lora_targets),
-        task_type="CAUSAL_LM",
-    )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward,
         args=args,
         train_dataset=dataset,
-        peft_config=lora,
+        peft_config=lora_config(cfg),  # the very LoRA settings sapo-edge uses
         processing_class=tok,
     )
     timing = {"gen_s": 0.0, "gen_tokens": 0}

@@ -57,6 +57,17 @@ def _sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.T
     return torch.multinomial(probs, 1, generator=gen).squeeze(1)
 
 
+def lora_config(cfg: Config) -> LoraConfig:
+    """The peft LoRA settings of a Config (rank, alpha, dropout, target projections)."""
+    return LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+
+
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     if dtype == "auto":
         cuda_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
@@ -82,13 +93,7 @@ class TorchBackend:
         self.adapter = adapter = f"node_{adapter}"
         torch_dtype = resolve_dtype(cfg.dtype, device)
         self.dtype = str(torch_dtype).removeprefix("torch.")
-        lora = LoraConfig(
-            r=cfg.lora_r,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules=list(cfg.lora_targets),
-            task_type="CAUSAL_LM",
-        )
+        lora = lora_config(cfg)
         key = (str(Path(model_dir).resolve()), device, self.dtype)
         shared = _SHARED.get(key)
         try:

@@ -1,0 +1,86 @@
+"""Smoke runs of the benchmark (bench/vs_trl.py) and the sweep (experiments/) on the tiny model.
+
+The real runs take minutes to an hour on SmolLM2-135M; these check that the scripts run end to
+end and write what the docs quote. TRL is not installed in CI, so the benchmark runs --no-trl.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_benchmark_smoke_writes_the_tables(tiny_qwen, tmp_path):
+    out = tmp_path / "benchmarks.md"
+    _run(
+        [
+            str(ROOT / "bench/vs_trl.py"),
+            "--model",
+            str(tiny_qwen),
+            "--smoke",
+            "--rounds",
+            "1",
+            "--no-trl",
+            "--out",
+            str(out),
+            "--logs",
+            str(tmp_path / "logs"),
+        ],
+        tmp_path,
+    )
+    text = out.read_text()
+    assert "| seconds per round |" in text
+    assert "of the floor" in text  # the GEMM floor was measured
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 2 | 8 |")]
+    assert len(rows) == 2  # the smoke scaling table: 0 and 4 external groups
+    assert rows[1].split("|")[3].strip() == "4"
+
+
+def test_sweep_smoke_runs_every_split_and_reports(tiny_qwen, tmp_path):
+    cfg = (ROOT / "experiments/sweep.toml").read_text()
+    cfg = cfg.replace('model = "smollm2-135m"', f'model = "{tiny_qwen}"')
+    for key, value in (("rounds", 2), ("max_new_tokens", 8), ("nodes", 2)):
+        cfg = "\n".join(
+            f"{key} = {value}" if ln.startswith(f"{key} =") else ln for ln in cfg.splitlines()
+        )
+    (tmp_path / "tiny.toml").write_text(cfg)
+    _run(
+        [
+            str(ROOT / "experiments/sweep.py"),
+            "--config",
+            "tiny.toml",
+            "--out",
+            "out",
+            "--eval-questions",
+            "2",
+            "--docs",
+            "docs",
+        ],
+        tmp_path,
+    )
+    data = json.loads((tmp_path / "docs/sweep/summary.json").read_text())
+    assert list(data["splits"]) == ["8/0", "6/2", "4/4", "2/6"]
+    for split in data["splits"].values():
+        assert split["rounds"] == 2 and len(split["heldout_after"]) == 2
+    assert data["base_pass_at_1"] is not None
+    assert (tmp_path / "docs/sweep/reward_per_round.png").stat().st_size > 1000
+    # each split ran with its own I/J and nothing else changed
+    for split, (i, j) in {"8-0": (8, 0), "2-6": (2, 6)}.items():
+        node_cfg = json.loads((tmp_path / f"out/{split}/sweep-1/config.json").read_text())
+        assert (node_cfg["local_samples"], node_cfg["external_samples"]) == (i, j)
+        assert node_cfg["rounds"] == 2 and node_cfg["seed"] == 0
