@@ -44,12 +44,14 @@ class Spec:
     dtype: str = "float32"
     seed: int = 2026  # picks the fixed reasoning-gym batch
     domains: dict = field(default_factory=lambda: dict(Config().domains))
+    domain_configs: dict = field(default_factory=dict)
 
     def config(self, **kw) -> Config:
         base = dict(
             model=self.model_dir,
             dtype=self.dtype,
             domains=self.domains,
+            domain_configs=self.domain_configs,
             questions_per_round=self.questions,
             local_samples=self.questions,
             external_samples=0,
@@ -64,7 +66,7 @@ class Spec:
 
 def fixed_tasks(spec: Spec):
     """The same reasoning-gym questions for every worker: one from each of `questions` domains."""
-    sampler = TaskSampler(spec.domains, {}, spec.seed)
+    sampler = TaskSampler(spec.domains, spec.domain_configs, spec.seed)
     return [regenerate(ref) for ref in sampler.sample_batch(spec.questions)]
 
 
@@ -286,7 +288,7 @@ def run_node(spec: Spec) -> None:
         callback=PrintCallback(log),
     )
     peers = [hub.connect(f"peer-{p}") for p in range(8)]
-    peer_tasks = TaskSampler(spec.domains, {}, spec.seed + 1)
+    peer_tasks = TaskSampler(spec.domains, spec.domain_configs, spec.seed + 1)
     print("READY", flush=True)
     for r in range(spec.rounds):
         if not wait_go():
