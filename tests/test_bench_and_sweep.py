@@ -45,7 +45,7 @@ def test_benchmark_smoke_writes_the_tables(tiny_qwen, tmp_path):
     )
     text = out.read_text()
     assert "| seconds per round |" in text
-    assert "of the floor" in text  # the GEMM floor was measured
+    assert "x the floor**" in text  # the GEMM floor was measured
     rows = [ln for ln in text.splitlines() if ln.startswith("| 2 | 8 |")]
     assert len(rows) == 2  # the smoke scaling table: 0 and 4 external groups
     assert rows[1].split("|")[3].strip() == "4"
