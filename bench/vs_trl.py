@@ -28,22 +28,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from workers import Spec  # noqa: E402
 
+from sapo_edge.tasks import ONE_DIGIT_ADDITION  # noqa: E402
+
 # The scaling table trains real Node rounds, which drop groups whose completions all scored
 # alike: on the paper's domains SmolLM2-135M scores ~0, so nothing would train. It uses the
 # demo's task instead (one-digit addition, lenient), where most groups are informative.
 SCALING_TASK = {
     "domains": {"basic_arithmetic": 1.0},
-    "domain_configs": {
-        "basic_arithmetic": {
-            "min_terms": 2,
-            "max_terms": 2,
-            "min_digits": 1,
-            "max_digits": 1,
-            "operators": ["+"],
-            "allow_parentheses": False,
-            "allow_negation": False,
-        }
-    },
+    "domain_configs": {"basic_arithmetic": ONE_DIGIT_ADDITION},
 }
 SCALING = (  # (G, max completion tokens, external groups received per round)
     [(g, 128, 0) for g in (4, 8, 16)]

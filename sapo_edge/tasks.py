@@ -97,6 +97,18 @@ PAPER_DOMAINS: tuple[str, ...] = (
     "binary_matrix",
 )
 
+# One-digit addition (basic_arithmetic settings): the demo's, the sweep's and the benchmark's
+# scaling task, where SmolLM2-135M's lenient reward is neither ~0 nor ~1.
+ONE_DIGIT_ADDITION: dict = {
+    "min_terms": 2,
+    "max_terms": 2,
+    "min_digits": 1,
+    "max_digits": 1,
+    "operators": ["+"],
+    "allow_parentheses": False,
+    "allow_negation": False,
+}
+
 # reasoning-gym seeds item i with Random(seed + i) and never looks at `size` except as a bound, so
 # every dataset is built with one fixed size and item i is the same whatever size a peer used.
 # 10**6 questions per domain is 500x a 2000-round run; larger sizes make list_functions and
