@@ -243,8 +243,8 @@ class TorchBackend:
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
-        ).logits[0]  # [1, vocab]: the prompt's last position predicts every first token
-        logp = self._token_logps(first.expand(m, -1)[:, None], comp[:, :1])
+        ).logits[0, -1]  # the prompt's last position predicts every completion's first token
+        logp = torch.log_softmax(self._scaled(first), -1)[comp[:, :1]]  # one row, done once
         if width > 1:
             cache.batch_repeat_interleave(m)
             n = len(prompt)
@@ -258,14 +258,17 @@ class TorchBackend:
             logp = torch.cat([logp, self._token_logps(rest, comp[:, 1:])], 1)
         return logp, cmask.float()
 
+    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits in float32, divided by the sampling temperature (no copy at 1.0 in fp32)."""
+        logits = logits.float()
+        return logits / self.cfg.temperature if self.cfg.temperature != 1.0 else logits
+
     def _token_logps(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log p(target) per position: a selective log-softmax, one row at a time, so no
         full-vocabulary copy of the logits is made for the whole micro-batch."""
         rows = []
         for row_logits, row_targets in zip(logits, targets, strict=True):
-            row_logits = row_logits.float()
-            if self.cfg.temperature != 1.0:
-                row_logits = row_logits / self.cfg.temperature
+            row_logits = self._scaled(row_logits)
             rows.append(
                 row_logits.gather(-1, row_targets[:, None]).squeeze(-1)
                 - torch.logsumexp(row_logits, -1)
@@ -280,7 +283,7 @@ class TorchBackend:
         seqs = [(*self._sequences([s])[0], i) for i, s in enumerate(samples)]
         out: list[list[float]] = [[] for _ in samples]
         for mb in self._micro_batches(seqs):
-            logp, mask = self._completion_logps(mb[0][0], [c for _, c, _, _ in mb])
+            logp, _ = self._completion_logps(mb[0][0], [c for _, c, _, _ in mb])
             for (_, c, _, i), row in zip(mb, logp, strict=True):
                 out[i] = row[: len(c)].tolist()
         return out
