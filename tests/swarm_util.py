@@ -64,9 +64,9 @@ class RelayThread:
         async def start() -> None:
             self.runner = web.AppRunner(self.relay.make_app(), access_log=None)
             await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            site = self.relay.site(self.runner, "127.0.0.1", 0)
             await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]
+            self.port = site.bound_port
 
         def main() -> None:
             asyncio.set_event_loop(self.loop)
