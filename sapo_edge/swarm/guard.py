@@ -245,7 +245,7 @@ def effective_total(wanted: int) -> int:
     limit = raise_fd_limit()
     if limit <= 0:
         return wanted
-    return max(8, min(wanted, limit // 2 - 32))
+    return min(wanted, max(8, limit // 2 - 32))
 
 
 class _RateLimit(logging.Filter):
