@@ -177,7 +177,9 @@ async def connect(
     keys = keys or KEYS
     http = aiohttp.ClientSession()
     try:
-        ws = await http.ws_connect(url.rstrip("/") + ("" if url.endswith("/ws") else "/ws"), **ws_kw)
+        ws = await http.ws_connect(
+            url.rstrip("/") + ("" if url.endswith("/ws") else "/ws"), **ws_kw
+        )
         session = await handshake(
             ws,
             ident,

@@ -144,7 +144,15 @@ def _splice(at_and_bytes: tuple[int, bytes]) -> bytes:
             {"type": st.sampled_from(["hello", "auth", "rollouts", "bye"])},
             optional={
                 k: st.one_of(st.text(max_size=70), st.integers(), st.floats(), st.none())
-                for k in ("version", "node_id", "reason", "message", "body", "signature", "ephemeral")
+                for k in (
+                    "version",
+                    "node_id",
+                    "reason",
+                    "message",
+                    "body",
+                    "signature",
+                    "ephemeral",
+                )
             },
         ).map(lambda v: json.dumps(v, allow_nan=True)),
     )

@@ -49,7 +49,12 @@ from .words import WORDS
 
 ID_JOINER, ID_MEMBER = b"sapo-edge/2 joiner", b"sapo-edge/2 member"
 _SPECS = {
-    "admit": {"type": ("str", 16), "version": ("int", 0), "nameplate": ("str", 4), "pake": ("str", 200)},
+    "admit": {
+        "type": ("str", 16),
+        "version": ("int", 0),
+        "nameplate": ("str", 4),
+        "pake": ("str", 200),
+    },
     "pake": {"type": ("str", 16), "pake": ("str", 200)},
     "confirm": {"type": ("str", 16), "mac": ("hex", 64)},
     "welcome": {"type": ("str", 16), "box": ("str", 2400)},
@@ -132,7 +137,9 @@ class Admissions:
         c.failures += 1
         if c.failures >= self.max_failures:
             self.codes.pop(c.code.split("-", 1)[0], None)
-            self.log(f"admission code {c.code.split('-', 1)[0]}-... retired after {c.failures} wrong attempts")
+            self.log(
+                f"admission code {c.code.split('-', 1)[0]}-... retired after {c.failures} wrong attempts"
+            )
 
 
 def normalise(code: str) -> str:
@@ -258,20 +265,29 @@ async def _join_once(address: str, code: str) -> Grant:
         try:
             joiner = SPAKE2_A(_password(code), idA=ID_JOINER, idB=ID_MEMBER)
             await ws.send_bytes(
-                _msg("admit", version=PROTOCOL_VERSION, nameplate=nameplate, pake=joiner.start().hex())
+                _msg(
+                    "admit",
+                    version=PROTOCOL_VERSION,
+                    nameplate=nameplate,
+                    pake=joiner.start().hex(),
+                )
             )
             reply = await _read(ws, "pake")
             try:
                 key = joiner.finish(bytes.fromhex(reply["pake"]))
             except ValueError:
-                raise AdmissionError("bad_value", "the member's SPAKE2 message is not usable.") from None
+                raise AdmissionError(
+                    "bad_value", "the member's SPAKE2 message is not usable."
+                ) from None
             await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex()))
             box_hex = (await _read(ws, "welcome"))["box"]
             try:
                 box = bytes.fromhex(box_hex)
                 plain = ChaCha20Poly1305(_box_key(key)).decrypt(box[:12], box[12:], b"welcome")
             except (InvalidTag, ValueError):
-                raise AdmissionError("wrong_code", "the welcome does not open: wrong code.") from None
+                raise AdmissionError(
+                    "wrong_code", "the welcome does not open: wrong code."
+                ) from None
             d = check_fields(
                 load(plain, MAX_HANDSHAKE_BYTES),
                 {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)},

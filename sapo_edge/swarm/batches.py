@@ -219,7 +219,9 @@ class RolloutVerifier:
                 "stale_round", f"round {body['round']} is far behind the sender's round {last}."
             )
         if admit is not None and not admit(msg.sender):
-            raise BatchRejected("rate_limited", "the sender is over its batches per minute.", msg.sender)
+            raise BatchRejected(
+                "rate_limited", "the sender is over its batches per minute.", msg.sender
+            )
         payload = body["batch"].encode("utf-8")
         try:
             groups = decode_batch(payload, self.limits)

@@ -176,9 +176,7 @@ async def _handshake(ws, ident, room, psk, initiator, role, expect_role, info) -
     k_i2r, k_r2i = session_keys(dh, psk, t)
     channel = Channel(ws, *((k_i2r, k_r2i) if initiator else (k_r2i, k_i2r)))
     my_role, their_role = ("initiator", "responder") if initiator else ("responder", "initiator")
-    auth_msg = make_auth(
-        ident, my_role, t, name=info.name, model=info.model, backend=info.backend
-    )
+    auth_msg = make_auth(ident, my_role, t, name=info.name, model=info.model, backend=info.backend)
     if initiator:
         await channel.send(KIND_MESSAGE, auth_msg)
         auth = await _read_auth(ws, channel, hello, their_role, t, psk)

@@ -116,9 +116,7 @@ class NetworkTransport(LinkLayer):
                 "not publishing: groups must name this node's id as producer (peers refuse others)."
             )
             return
-        msg, batch_id = make_rollouts(
-            self.ident, self.keys, payload, max(g.round for g in groups)
-        )
+        msg, batch_id = make_rollouts(self.ident, self.keys, payload, max(g.round for g in groups))
         if len(msg) > MAX_MESSAGE_BYTES:
             with self._lock:
                 self.counters["publish_too_large"] += 1

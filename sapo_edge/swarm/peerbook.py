@@ -103,7 +103,9 @@ class PeerBook:
             st.muted_until = now + min(3600.0, self.mute_base * 2 ** (st.mutes - 1))
             st.recent.clear()
             self.counters["muted"] += 1
-        self.log(f"peer {clean(st.name or key[:16], 64)} muted for {st.muted_until - now:.0f} s ({reason})")
+        self.log(
+            f"peer {clean(st.name or key[:16], 64)} muted for {st.muted_until - now:.0f} s ({reason})"
+        )
         return True
 
     def rate_ok(self, st: PeerStats, now: float, per_minute: int) -> bool:
