@@ -59,7 +59,7 @@ class ConnectionGuard:
         self.per_ip: Counter = Counter()
         self.pending_ip: Counter = Counter()
         self.budgets: OrderedDict[str, _Budget] = OrderedDict()
-        self.counters: Counter = Counter()  # refused:REASON, evicted, deadline, over_budget
+        self.counters: Counter = Counter()  # accepted, refused:REASON, evicted, deadline, ...
 
     # ------------------------------------------------------------------ asyncio side
     def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
@@ -67,6 +67,7 @@ class ConnectionGuard:
 
     def _admit(self, ip: str, transport: Any) -> _Conn | None:
         lim = self.limits
+        self.counters["accepted"] += 1
         reason = (
             "connections_total"
             if len(self.conns) >= self.total_cap
@@ -81,7 +82,7 @@ class ConnectionGuard:
             return None
         if len(self.pending) >= lim.pending_total:  # make room: drop the oldest handshake
             oldest = next(iter(self.pending))
-            self.counters["evicted"] += 1
+            self._reject(oldest.ip, "evicted")
             oldest.transport.abort()
             self._forget_pending(oldest)
         conn = _Conn(ip, transport, time.monotonic())

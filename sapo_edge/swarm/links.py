@@ -317,6 +317,7 @@ class LinkLayer:
                 continue
             entry.failures += 1
             attempt += 1
+            self._notify()
             await self._backoff(entry.failures)
 
     # ----------------------------------------------------------------- dialing
@@ -409,7 +410,9 @@ class LinkLayer:
         self._reject(key, e.reason)
 
     def _guard_reject(self, ip: str, reason: str) -> None:
-        self.counters[f"guard:{reason}"] += 1
+        with self._lock:
+            self.counters[f"guard:{reason}"] += 1
+        self._notify()
 
     # ----------------------------------------------------------------- serving
     async def _serve_ws(self, request: web.Request) -> web.WebSocketResponse:
