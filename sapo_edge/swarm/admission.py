@@ -182,8 +182,13 @@ async def _read(ws, kind: str) -> dict[str, Any]:
 # --- the admitting side -------------------------------------------------------------------------
 
 
-def serve_admission(admissions: Admissions, guard: Any, log: Callable[[str], None]):
-    """An aiohttp handler for GET /admit (a websocket), for NetworkTransport's app."""
+def serve_admission(
+    admissions: Admissions,
+    log: Callable[[str], None],
+    notify: Callable[[], None] = lambda: None,
+):
+    """An aiohttp handler for GET /admit (a websocket), for NetworkTransport's app; `notify` is
+    called after every attempt (whatever its outcome)."""
 
     async def handler(request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(max_msg_size=MAX_HANDSHAKE_BYTES, compress=False, timeout=2.0)
@@ -201,6 +206,7 @@ def serve_admission(admissions: Admissions, guard: Any, log: Callable[[str], Non
         except (TimeoutError, ConnectionError, RuntimeError):
             pass
         await ws.close()
+        notify()
         return ws
 
     return handler
@@ -260,6 +266,8 @@ async def _join_once(address: str, code: str) -> Grant:
     async with aiohttp.ClientSession() as session:
         try:
             ws = await session.ws_connect(url, max_msg_size=MAX_HANDSHAKE_BYTES, compress=0)
+        except aiohttp.ServerDisconnectedError:  # its connection limits: many joining at once
+            raise AdmissionError("busy", "the member is busy; trying again.") from None
         except (aiohttp.ClientError, OSError) as e:
             raise AdmissionError("refused", f"cannot reach {address}: {e}") from None
         try:

@@ -169,7 +169,7 @@ class NetworkTransport(LinkLayer):
     # ----------------------------------------------------------------- loop side
     def _routes(self, app: web.Application) -> None:
         if self.admissions is not None:
-            app.router.add_get("/admit", serve_admission(self.admissions, self.guard, self.log))
+            app.router.add_get("/admit", serve_admission(self.admissions, self.log, self._notify))
 
     def _broadcast(self, sealed: bytes, batch_id: str) -> None:
         self.verifier.remember(self.ident.node_id, batch_id, "self")  # our echo is not news
