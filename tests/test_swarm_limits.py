@@ -268,3 +268,33 @@ async def test_resolves_in_flight_are_capped() -> None:
     assert len(disc._tasks) == MAX_RESOLVING and disc.ignored["busy"] == 100 - MAX_RESOLVING
     hold.set()
     await asyncio.gather(*disc._tasks)
+
+
+def test_an_address_over_its_byte_budget_is_cut_off(nodes) -> None:
+    from swarm_util import KEYS
+
+    from sapo_edge.swarm.batches import make_rollouts, seal
+    from sapo_edge.swarm.guard import GuardLimits
+
+    node = nodes(guard=GuardLimits(ip_bytes_per_minute=1_000_000), max_batches_per_minute=100)
+    me = Identity.generate()
+
+    async def go() -> int:
+        c = await connect(f"ws://127.0.0.1:{node.port}", me)
+        sent = 0
+        try:
+            for k in range(6):  # 6 x ~380 KB from one address, 1 MB allowed per minute
+                env, _ = make_rollouts(me, KEYS, encode_batch([_big_group(me.node_id, k)]), 1)
+                await c.send_sealed(seal(KEYS, env))
+                sent += 1
+            while not c.ws.closed:
+                await c.recv()
+        except (ConnectionError, RuntimeError):
+            pass
+        finally:
+            await c.close()
+        return sent
+
+    asyncio.run(go())
+    assert node.wait_for(lambda: node.guard.counters["over_budget"] == 1, 5)
+    assert node.counters["delivered"] <= 2  # the rest never reached the parser

@@ -300,23 +300,21 @@ class LinkLayer:
             dial.task.cancel()
 
     async def _lan_dial_loop(self, node_id: str, entry: _LanDial) -> None:
-        attempt = 0
+        """Dial the first candidate address; a failing one goes to the back, so a newly
+        advertised address (put first by _on_found) is tried next."""
         while True:
             link = self._links.get(node_id)
             if link is not None:  # already linked (maybe they dialed us): wait until it drops
                 await link.closed.wait()
                 continue
             await self._wait_unmuted(node_id)
-            target = entry.candidates[attempt % len(entry.candidates)]
-            ok = await self._dial_once(target, "lan", node_id)
-            if ok:
-                attempt, entry.failures = 0, 0
-                if target in entry.candidates:  # the address that worked goes first
-                    entry.candidates.remove(target)
-                    entry.candidates.insert(0, target)
+            target = entry.candidates[0]
+            if await self._dial_once(target, "lan", node_id):
+                entry.failures = 0
                 continue
             entry.failures += 1
-            attempt += 1
+            if entry.candidates and entry.candidates[0] == target:
+                entry.candidates.append(entry.candidates.pop(0))
             self._notify()
             await self._backoff(entry.failures)
 
