@@ -73,6 +73,7 @@ class Relay:
         self.counters: Counter = Counter()  # forwarded, dropped, refused, rejected:REASON
         self.seen: OrderedDict[bytes, None] = OrderedDict()  # hashes of sealed boxes
         self.changed = asyncio.Condition()
+        self._background: set[asyncio.Task] = set()
 
     def make_app(self) -> web.Application:
         app = web.Application()
@@ -109,7 +110,9 @@ class Relay:
 
     def _guard_reject(self, _ip: str, reason: str) -> None:
         self.counters["refused" if reason.startswith("refused:") else f"rejected:{reason}"] += 1
-        asyncio.get_running_loop().create_task(self._notify())
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _notify(self) -> None:
         async with self.changed:
