@@ -141,8 +141,8 @@ class Mallory:
         del me_a, me_b
 
 
-def _mallory_site(m: Mallory):
-    """Serve Mallory on 127.0.0.1 from its own thread; returns (port, stop)."""
+def _mallory_site(m):
+    """Serve m.serve on 127.0.0.1:PORT/ws from its own thread; returns (port, stop, loop)."""
     import threading
 
     loop = asyncio.new_event_loop()
@@ -517,3 +517,28 @@ def test_sealed_batches_open_only_with_the_room_key() -> None:
             RolloutVerifier(other).open(box)
         assert e.value.reason == "wrong_secret"
     assert envelope(me, keys) != envelope(me, keys)  # fresh ids: no two batches alike
+
+
+def test_a_listener_answering_a_dial_with_a_huge_hello_is_refused_unparsed(nodes, monkeypatch):
+    """The dialing side too refuses an oversized hello before parsing it."""
+    parsed: list[int] = []
+    real = hs.parse_message
+    monkeypatch.setattr(hs, "parse_message", lambda d, m=0: parsed.append(len(d)) or real(d, m))
+
+    class Bloated:
+        async def serve(self, request):
+            ws = aiohttp.web.WebSocketResponse(max_msg_size=4 << 20)
+            await ws.prepare(request)
+            await read_raw(ws, timeout=5)  # the dialer's hello
+            await ws.send_bytes(b'{"type":"hello","pad":"' + b"x" * (1 << 20) + b'"}')
+            await read_raw(ws, timeout=5)
+            return ws
+
+    fake = Bloated()
+    port, stop, _loop = _mallory_site(fake)  # serves any object's .serve on /ws
+    try:
+        a = nodes(peers=[f"127.0.0.1:{port}"], reconnect_base=5, reconnect_max=5)
+        assert a.wait_for(lambda: a.rejections("ip:127.0.0.1")["too_large"] >= 1, 5)
+        assert a.connected() == [] and all(n <= MAX_HANDSHAKE_BYTES for n in parsed)
+    finally:
+        stop()
