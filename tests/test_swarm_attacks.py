@@ -102,7 +102,6 @@ class Mallory:
 
     async def _swap(self, a, b) -> None:
         """Replace both ephemeral keys with Mallory's, relay A's proof to B under new keys."""
-        me_a, me_b = Identity.generate(), Identity.generate()  # only for ephemeral hellos
         hello_a = await self._next(a)
         ha = parse_message(hello_a)
         eph_b = hs.X25519PrivateKey.generate()  # Mallory's key toward B
@@ -138,7 +137,6 @@ class Mallory:
         raw = await read_raw(b, timeout=5)
         told = parse_message(raw) if isinstance(raw, bytes) else raw
         self.outcome = f"B said {getattr(told, 'reason', told)}"
-        del me_a, me_b
 
 
 def _mallory_site(m):

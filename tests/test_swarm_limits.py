@@ -11,12 +11,18 @@ import socket
 import threading
 
 import pytest
-from swarm_util import RelayThread, batch_for, connect, sealed
+from swarm_util import KEYS, RelayThread, batch_for, connect, sealed
 
 from sapo_edge.rollout import RolloutGroup, encode_batch
 from sapo_edge.sampling import ExternalPool
+from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.discovery import MAX_RESOLVING, LanDiscovery
-from sapo_edge.swarm.guard import ACCEPT_LOG_FILTER, quiet_accept_errors, raise_fd_limit
+from sapo_edge.swarm.guard import (
+    ACCEPT_LOG_FILTER,
+    GuardLimits,
+    quiet_accept_errors,
+    raise_fd_limit,
+)
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.links import MAX_LAN_DIALS
 from sapo_edge.tasks import TaskRef
@@ -98,8 +104,6 @@ def test_a_thousand_idle_connections_do_not_keep_a_node_off_the_relay(nodes) -> 
 
 
 def test_idle_connections_are_cut_at_the_deadline(nodes) -> None:
-    from sapo_edge.swarm.guard import GuardLimits
-
     a = nodes(guard=GuardLimits(deadline=0.5))
     with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
         s.settimeout(10)
@@ -160,10 +164,6 @@ def test_a_flood_of_big_valid_batches_from_many_identities_stays_within_the_inbo
             fc = await connect(f"ws://127.0.0.1:{node.port}", f)
             for j in range(2):
                 payload = encode_batch([_big_group(f.node_id, 100 * k + j)])
-                from swarm_util import KEYS
-
-                from sapo_edge.swarm.batches import make_rollouts, seal
-
                 env, _ = make_rollouts(f, KEYS, payload, 1)
                 await fc.send_sealed(seal(KEYS, env))
             await fc.close()
@@ -271,11 +271,6 @@ async def test_resolves_in_flight_are_capped() -> None:
 
 
 def test_an_address_over_its_byte_budget_is_cut_off(nodes) -> None:
-    from swarm_util import KEYS
-
-    from sapo_edge.swarm.batches import make_rollouts, seal
-    from sapo_edge.swarm.guard import GuardLimits
-
     node = nodes(guard=GuardLimits(ip_bytes_per_minute=1_000_000), max_batches_per_minute=100)
     me = Identity.generate()
 
