@@ -17,7 +17,7 @@ KEY_BYTES = 16  # 128 random bits: out of reach of any offline search
 CODE_PREFIX = "sapo1"
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 _ALIASES = str.maketrans({"i": "1", "l": "1", "o": "0", "u": "v"})
-# scrypt over typed text (RFC 7914): 2^15 x 8 x 128 bytes = 32 MiB and ~0.1 s per guess.
+# scrypt over typed text (RFC 7914): 2^15 x 8 x 128 bytes = 32 MiB and 0.1-0.2 s per guess.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 1 << 15, 8, 1
 WEAK_PASSPHRASE_CHARS = 16  # shorter passphrases get a warning (see docs/security.md)
 
