@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--eval-seed", type=int, default=0, help="picks another held-out set")
     _add_config_flags(ev, "eval")
     sub.add_parser("models", help="list built-in model aliases and the model cache folder")
+    room = sub.add_parser("room", help="`room new`: make a private room key to share")
+    room.add_argument("action", choices=["new"], help="new: print a fresh 128-bit room key")
     relay = sub.add_parser(
         "relay", help="forward signed rollout batches among nodes that cannot see each other"
     )
@@ -131,6 +133,21 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config.load(args.config, overrides)
 
 
+def _resolve_secret(cfg: Config, argv: list[str]) -> Config:
+    """Ask for the room secret now when --secret-file is '-' (before the dashboard owns the
+    terminal), check a room key for typos, and warn about a secret given unsafely."""
+    from .swarm.roomkey import code_to_key, looks_like_code, read_secret, secret_warnings
+
+    if cfg.secret_file == "-":
+        cfg = dataclasses.replace(cfg, secret=read_secret("", "-"), secret_file="")
+    secret = read_secret(cfg.secret, cfg.secret_file)
+    if looks_like_code(secret):
+        code_to_key(secret)  # a typo fails here, with its remedy
+    for warning in secret_warnings(argv, secret):
+        print(f"sapo-edge: warning: {warning}", file=sys.stderr)
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -148,6 +165,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{alias:<16} {what}")
             print(f"cache: {cache_dir()}")
             return 0
+        if args.command == "room":
+            from .swarm.roomkey import SECRET_ENV, new_room_key
+
+            code = new_room_key()
+            print(code)
+            print(
+                f"Share it with the room's members (not on a public channel); each runs\n"
+                f"  {SECRET_ENV}={code} sapo-edge run\n"
+                "or saves it in a file and runs `sapo-edge run --secret-file FILE`.",
+                file=sys.stderr,
+            )
+            return 0
         if args.command == "relay":
             from .swarm.relay import RelayLimits, run_relay
 
@@ -164,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         cfg = config_from_args(args)
+        if args.command == "run":
+            cfg = _resolve_secret(cfg, argv)
         from . import runner  # heavy imports only once the flags are known to be good
 
         if args.command == "run":

@@ -155,8 +155,14 @@ class Config:
     )
     secret: str = _f(
         "",
-        "Room join secret (or env SAPO_EDGE_SECRET): peers prove they know it by HMAC challenge; "
-        "it is never sent nor saved, and a node without it exchanges nothing with the room.",
+        "Room key (sapo1-..., from `sapo-edge room new`) or a passphrase; empty = an open room. "
+        "Better given as env SAPO_EDGE_SECRET or --secret-file: on the command line it shows in "
+        "`ps`. Never sent, never saved.",
+        command="run",
+    )
+    secret_file: str = _f(
+        "",
+        "A file holding the room key or passphrase ('-' = ask for it at the prompt).",
         command="run",
     )
     relay: str = _f(
@@ -374,11 +380,16 @@ class Config:
         data.update(overrides or {})
         return cls.from_dict(data, source=str(path) if path else "flags")
 
+    def to_saved_dict(self) -> dict[str, Any]:
+        """The settings as written to any file (config.json, checkpoints): no secrets."""
+        data = self.to_dict()
+        data.pop("secret", None)
+        return data
+
     def save(self, path: Path) -> None:
         """Write the settings as JSON, leaving out secrets (the room secret)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = self.to_dict()
-        data.pop("secret", None)
+        data = self.to_saved_dict()
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     def help(self, name: str) -> str:

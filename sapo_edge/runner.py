@@ -7,7 +7,6 @@ rollouts through an in-process hub, encoded exactly as the network will carry th
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,6 +95,7 @@ def _build_networked(cfg: Config, callback: Callback, log: Callable[[str], None]
     """A node with this machine's identity (made on first run) and a NetworkTransport."""
     from .swarm.identity import default_identity_path, load_or_create
     from .swarm.network import NetworkTransport
+    from .swarm.roomkey import read_secret
 
     ident, created = load_or_create()
     if created:
@@ -105,7 +105,7 @@ def _build_networked(cfg: Config, callback: Callback, log: Callable[[str], None]
     transport = NetworkTransport(
         ident,
         room=cfg.room,
-        secret=cfg.secret or os.environ.get("SAPO_EDGE_SECRET", ""),
+        secret=read_secret(cfg.secret, cfg.secret_file),
         listen=cfg.listen,
         peers=cfg.peer,
         relay=cfg.relay,

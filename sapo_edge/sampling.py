@@ -89,6 +89,11 @@ def sample_self(groups: list[ScoredGroup], count: int, rng: random.Random) -> li
 class _Entry:
     group: RolloutGroup
     received_round: int  # this node's round when the group arrived
+    size: int = 0  # characters of text it holds (what bounds the pool's memory)
+
+
+def _text_size(g: RolloutGroup) -> int:
+    return len(g.question) + len(g.reference_answer or "") + sum(len(c) for c in g.completions)
 
 
 class ExternalPool:
@@ -114,6 +119,7 @@ class ExternalPool:
         freshness_rounds: int = 5,
         max_peer_share: float = 1.0,
         max_age_rounds: int | None = None,
+        max_chars: int = 128 << 20,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"pool capacity is {capacity}; it must hold at least one group.")
@@ -131,6 +137,10 @@ class ExternalPool:
         self._seen: dict[str, None] = {}  # ordered set of accepted ids, bounded
         self._seen_capacity = 8 * capacity
         self._counts: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
+        # bounded by text size too; when full, the producer holding the most text loses its
+        # oldest group, so free identities flooding big groups cannot push out an honest peer
+        self.max_chars = max_chars
+        self._chars: dict[str, int] = {}  # producer -> characters held
 
     def add(self, group: RolloutGroup, local_round: int) -> bool:
         """Keep a peer's group; False (and counted) for own groups and ids seen before."""
@@ -145,12 +155,26 @@ class ExternalPool:
             self._seen[gid] = None
             if len(self._seen) > self._seen_capacity:
                 del self._seen[next(iter(self._seen))]
-            self._pool[gid] = _Entry(group, local_round)
+            entry = self._pool[gid] = _Entry(group, local_round, _text_size(group))
+            self._chars[group.producer] = self._chars.get(group.producer, 0) + entry.size
             self._counts["added"] += 1
-            while len(self._pool) > self.capacity:
-                self._pool.popitem(last=False)
+            while len(self._pool) > 1 and (
+                len(self._pool) > self.capacity or sum(self._chars.values()) > self.max_chars
+            ):
+                top = max(self._chars, key=lambda p: (self._chars[p], p))
+                self._drop(next(g for g, e in self._pool.items() if e.group.producer == top))
                 self._counts["evicted"] += 1
             return True
+
+    def _drop(self, gid: str) -> _Entry:
+        """Remove one group from the pool (the lock is held)."""
+        entry = self._pool.pop(gid)
+        left = self._chars.get(entry.group.producer, 0) - entry.size
+        if left > 0:
+            self._chars[entry.group.producer] = left
+        else:
+            self._chars.pop(entry.group.producer, None)
+        return entry
 
     def reject(self, reason: str) -> None:
         """Count a rejection made elsewhere, e.g. a decode error's reason code."""
@@ -179,7 +203,7 @@ class ExternalPool:
                 for g, e in self._pool.items()
                 if local_round - e.received_round > self.max_age_rounds
             ]:
-                del self._pool[gid]
+                self._drop(gid)
                 self._counts["stale"] += 1
             fresh = [
                 g
@@ -204,7 +228,7 @@ class ExternalPool:
                 entry = self._pool.get(gid)
                 if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
                     continue
-                del self._pool[gid]
+                self._drop(gid)
             try:
                 sg = rescore(entry.group)  # outside the lock: regenerating a task may be slow
             except ValueError:

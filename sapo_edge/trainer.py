@@ -336,7 +336,7 @@ class Node:
             "node_id": self.node_id,
             "name": self.name,
             "model_id": self.model_id,
-            "config": self.cfg.to_dict(),
+            "config": self.cfg.to_saved_dict(),  # never the room secret
             "sampler": self.sampler.state_dict(),
             "rng": _rng_to_json(self.rng.getstate()),
         }

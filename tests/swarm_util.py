@@ -64,9 +64,9 @@ class RelayThread:
         async def start() -> None:
             self.runner = web.AppRunner(self.relay.make_app(), access_log=None)
             await self.runner.setup()
-            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            site = self.relay.site(self.runner, "127.0.0.1", 0)
             await site.start()
-            self.port = site._server.sockets[0].getsockname()[1]
+            self.port = site.bound_port
 
         def main() -> None:
             asyncio.set_event_loop(self.loop)
@@ -107,3 +107,89 @@ class RelayThread:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+KEYS = None  # set below: the keys of the default open room every test node joins
+
+
+def keys_of(room: str = "default", secret: str = "") -> Any:
+    from sapo_edge.swarm.roomkey import room_keys
+
+    return room_keys(room, secret)
+
+
+KEYS = keys_of()
+
+
+def envelope(ident: Identity, keys: Any = None, round_: int = 1, start: int = 0, **kw) -> bytes:
+    """A signed rollouts envelope of two valid groups, not yet sealed."""
+    from sapo_edge.swarm.batches import make_rollouts
+
+    keys = keys or KEYS
+    return make_rollouts(ident, keys, batch_for(ident, round_, start=start), round_, **kw)[0]
+
+
+def sealed(ident: Identity, keys: Any = None, round_: int = 1, start: int = 0, **kw) -> bytes:
+    from sapo_edge.swarm.batches import seal
+
+    keys = keys or KEYS
+    return seal(keys, envelope(ident, keys, round_, start, **kw))
+
+
+class Client:
+    """A hand-driven peer: an aiohttp websocket that ran the real handshake."""
+
+    def __init__(self, http: Any, ws: Any, session: Any) -> None:
+        self.http, self.ws, self.session = http, ws, session
+
+    async def send_sealed(self, data: bytes) -> None:
+        from sapo_edge.swarm.handshake import KIND_SEALED
+
+        await self.session.channel.send(KIND_SEALED, data)
+
+    async def send_message(self, data: bytes) -> None:
+        from sapo_edge.swarm.handshake import KIND_MESSAGE
+
+        await self.session.channel.send(KIND_MESSAGE, data)
+
+    async def recv(self, timeout: float = 5.0) -> Any:
+        """(kind, data) of the next frame, or Closed."""
+        from sapo_edge.swarm.peer import Closed, read_raw
+
+        raw = await read_raw(self.ws, timeout)
+        if isinstance(raw, Closed):
+            return raw
+        return self.session.channel.open(raw)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self.http.close()
+
+
+async def connect(
+    url: str, ident: Identity, keys: Any = None, *, relay: bool = False, **ws_kw: Any
+) -> Client:
+    """Dial `url` (ws://HOST:PORT) and run the handshake as a node; HandshakeError on refusal."""
+    import aiohttp
+
+    from sapo_edge.swarm.handshake import handshake
+
+    keys = keys or KEYS
+    http = aiohttp.ClientSession()
+    try:
+        ws = await http.ws_connect(
+            url.rstrip("/") + ("" if url.endswith("/ws") else "/ws"), **ws_kw
+        )
+        session = await handshake(
+            ws,
+            ident,
+            keys.relay_id if relay else keys.lan_id,
+            b"" if relay else keys.link_psk,
+            initiator=True,
+            timeout=3.0,
+            expect_role="relay" if relay else "node",
+        )
+    except BaseException:
+        await http.close()
+        raise
+    return Client(http, ws, session)

@@ -11,6 +11,7 @@ from test_sim import FAST
 from sapo_edge.cli import build_parser, config_from_args, main
 from sapo_edge.config import Config, ConfigError
 from sapo_edge.swarm.identity import load_or_create
+from sapo_edge.swarm.roomkey import new_room_key
 
 
 def parse(*argv: str) -> Config:
@@ -89,3 +90,96 @@ def test_a_networked_node_reports_every_phase_to_its_callback(tiny_qwen, tmp_pat
     run_single(cfg, callback=Recorder(), log=lambda _m: None)
     assert seen[:5] == ["sampling", "generating", "scoring", "sharing", "training"]
     assert "round" in seen
+
+
+# --- secrets (issue 12: finding 11 and the low ones) -------------------------------------------
+
+SECRET = "correct-horse-battery-staple-42"
+
+
+def test_the_secret_never_lands_in_any_file_a_run_writes(tmp_path) -> None:
+    """A networked node with a secret runs rounds and saves checkpoints: no file under its
+    output folder holds the secret (state.json once carried the whole config)."""
+    from scripted import Quiet, ScriptedBackend, make_cfg
+    from swarm_util import net
+
+    from sapo_edge.trainer import Node
+
+    cfg = make_cfg(tmp_path, secret=SECRET, room="lab")
+    logs: list[str] = []
+    t = net(room=cfg.room, secret=cfg.secret, log=logs.append)
+    try:
+        node = Node(
+            cfg,
+            ScriptedBackend(),
+            t,
+            node_id=t.ident.node_id,
+            name="n",
+            model_id="scripted",
+            out_dir=tmp_path / "n",
+            callback=Quiet(),
+        )
+        node.run_round()
+        node.save()
+    finally:
+        t.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.name == "state.json" for p in files) and any(
+        p.name == "config.json" for p in files
+    )
+    for p in files:
+        assert SECRET.encode() not in p.read_bytes(), p
+    assert not any(SECRET in m for m in logs)
+
+
+def test_the_secret_comes_from_env_file_or_prompt_and_the_flag_warns(tmp_path, monkeypatch, capsys):
+    from sapo_edge.cli import _resolve_secret
+    from sapo_edge.swarm.roomkey import RoomKeyError, read_secret
+
+    monkeypatch.setenv("SAPO_EDGE_SECRET", SECRET)
+    assert read_secret() == SECRET
+    f = tmp_path / "room.key"
+    f.write_text(new_room_key() + "\n")
+    assert read_secret("", str(f)) == f.read_text().strip()  # a file beats the environment
+    assert read_secret("", "-", prompt=lambda _q: " typed ") == "typed"
+    with pytest.raises(RoomKeyError, match="cannot read the secret file"):
+        read_secret("", str(tmp_path / "missing"))
+    # on the command line: works, with a warning that it shows in `ps`
+    cfg = _resolve_secret(parse("run", "--secret", SECRET), ["run", "--secret", SECRET])
+    assert cfg.secret == SECRET and "visible to other users" in capsys.readouterr().err
+    _resolve_secret(parse("run", "--secret-file", str(f)), ["run", "--secret-file", str(f)])
+    assert capsys.readouterr().err == ""  # a room key from a file: nothing to warn about
+    _resolve_secret(parse("run"), ["run"])  # from the environment (set above): no warning
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("SAPO_EDGE_SECRET", "short")
+    _resolve_secret(parse("run"), ["run"])
+    assert "can be guessed offline" in capsys.readouterr().err
+    bad = new_room_key()[:-1] + ("0" if new_room_key()[-1] != "0" else "1")
+    monkeypatch.setenv("SAPO_EDGE_SECRET", bad)
+    with pytest.raises(RoomKeyError, match="typo"):
+        _resolve_secret(parse("run"), ["run"])
+
+
+def test_room_new_prints_a_fresh_key(capsys) -> None:
+    from sapo_edge.swarm.roomkey import code_to_key
+
+    assert main(["room", "new"]) == 0
+    first = capsys.readouterr().out.strip()
+    assert main(["room", "new"]) == 0
+    second = capsys.readouterr().out.strip()
+    assert first != second and len(code_to_key(first)) == 16  # 128 random bits
+
+
+def test_an_identity_file_owned_by_someone_else_is_refused(tmp_path, monkeypatch) -> None:
+    import os
+
+    from sapo_edge.swarm.identity import IdentityError
+
+    path = tmp_path / "identity.key"
+    load_or_create(path)
+    if not hasattr(os, "getuid"):
+        pytest.skip("no user ids on this platform")
+    me = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: me + 1)
+    with pytest.raises(IdentityError, match="belongs to user id"):
+        load_or_create(path)

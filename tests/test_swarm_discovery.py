@@ -13,14 +13,14 @@ from sapo_edge.swarm.discovery import Advert, make_txt, parse_txt
 
 
 def _txt(**over) -> dict[bytes, bytes | None]:
-    d = {k.encode(): v.encode() for k, v in make_txt("ab" * 16, "0f" * 8, 7744, "m").items()}
+    d = {k.encode(): v.encode() for k, v in make_txt("ab" * 16, "0f" * 16, 7744, "m").items()}
     d.update({k.encode(): v for k, v in over.items()})
     return d
 
 
 def test_txt_records_are_parsed_defensively() -> None:
-    assert parse_txt(_txt()) == Advert("ab" * 16, "0f" * 8, 7744, "m")
-    assert parse_txt(_txt(v=b"2")) == "unknown_version"
+    assert parse_txt(_txt()) == Advert("ab" * 16, "0f" * 16, 7744, "m")
+    assert parse_txt(_txt(v=b"1")) == "unknown_version"
     assert parse_txt(_txt(v=None)) == "unknown_version"
     assert parse_txt(_txt(room=b"zz" * 8)) == "bad_room"
     assert parse_txt(_txt(id=b"\xff" * 32)) == "bad_id"

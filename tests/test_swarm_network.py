@@ -5,16 +5,19 @@ a peer that stops answering pings is dropped."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
-import aiohttp
-from swarm_util import batch_for, group
+from swarm_util import KEYS, Client, batch_for, connect, envelope, group, keys_of, sealed
 
 from sapo_edge.rollout import encode_batch
+from sapo_edge.swarm.batches import make_rollouts, seal
+from sapo_edge.swarm.handshake import HandshakeError
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.swarm.peer import HandshakeError, handshake, read_raw
-from sapo_edge.swarm.protocol import make_hello, make_rollouts, new_nonce, room_hash, room_key
+from sapo_edge.swarm.peer import Closed, read_raw
+from sapo_edge.swarm.protocol import make_bye, make_hello, new_nonce, parse_message
+from sapo_edge.swarm.roomkey import new_room_key
 
 
 def url(node) -> str:
@@ -47,72 +50,53 @@ def test_three_nodes_exchange_rollouts_directly(nodes) -> None:
     assert rows[c.ident.node_id].connection == "manual" and rows[c.ident.node_id].connected
 
 
-async def _client(node, ident, room="default", secret="", **ws_kw):
-    session = aiohttp.ClientSession()
-    ws = await session.ws_connect(url(node), **ws_kw)
-    await handshake(ws, ident, room_hash(room), room_key(room, secret), timeout=2)
-    return session, ws
-
-
-def _signed(ident, room="default", secret="", round_=1, start=0, **kw) -> bytes:
-    return make_rollouts(
-        ident,
-        room_hash(room),
-        room_key(room, secret),
-        batch_for(ident, round_, start=start),
-        round_,
-        **kw,
-    )[0]
+async def _client(node, ident, keys=None, **ws_kw) -> Client:
+    return await connect(url(node), ident, keys, **ws_kw)
 
 
 def test_every_bad_input_is_refused_and_counted_and_good_batches_still_arrive(nodes) -> None:
     node = nodes(reject_threshold=1000, stale_rounds=3)
     me, other = Identity.generate(), Identity.generate()
-    good_once = _signed(me, round_=10, start=50)
+    good_once = sealed(me, round_=10, start=50)
     foreign = encode_batch([group(other.node_id)])
-    cases = [
-        (b"[" * 100 + b"]" * 100, "too_deep"),
-        (b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
-        (b'{"type":"bye","reason":Infinity,"message":""}', "non_finite"),
-        (b'{"type":"bye","reason":1' + b"0" * 40 + b',"message":""}', "huge_int"),
-        (b'{"type":"bye","type":"bye","reason":"a","message":""}', "duplicate_key"),
-        (b'{"type":"bye","reason":"\\udc00","message":""}', "bad_unicode"),
-        (b"\xff\xfe\xfd", "bad_utf8"),
-        (b'{"type":"bye","reason":[],"message":""}', "bad_type"),
-        (b'{"type":"rollouts"}', "missing_field"),
-        (
-            make_hello(me, room_hash("default"), new_nonce()).replace(
-                b'"version":1', b'"version":9'
-            ),
-            "unknown_version",
-        ),
-        (_signed(me).replace(b'"signature":"', b'"signature":"00', 1)[:-1] + b"}", "bad_value"),
-        (_signed(me, sent_at=time.time() - 86400), "expired"),
-        (_signed(me, room="other-room"), "wrong_room"),
-        (_signed(me, secret="wrong"), "wrong_secret"),
-        (
-            make_rollouts(me, room_hash("default"), room_key("default", ""), foreign, 1)[0],
-            "wrong_producer",
-        ),
-        (_signed(other), "wrong_sender"),
-        (good_once, None),
-        (good_once, "replay"),
-        (_signed(me, round_=2), "stale_round"),
-        (make_hello(me, room_hash("default"), new_nonce()), "unexpected_message"),
-    ]
-    # a signature that is valid hex but wrong: flip the first byte of a real one
-    msg = json.loads(_signed(me, start=90))
+    other_room = keys_of("other-room", new_room_key())
+    msg = json.loads(envelope(me, start=90))  # a valid-hex signature that is wrong
     msg["signature"] = ("00" if msg["signature"][:2] != "00" else "11") + msg["signature"][2:]
-    cases.append((json.dumps(msg).encode(), "bad_signature"))
+    M, S = "message", "sealed"  # inside the encrypted link: a control message or a sealed batch
+    cases = [
+        (M, b"[" * 100 + b"]" * 100, "too_deep"),
+        (M, b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
+        (M, b'{"type":"bye","reason":Infinity,"message":""}', "non_finite"),
+        (M, b'{"type":"bye","reason":1' + b"0" * 40 + b',"message":""}', "huge_int"),
+        (M, b'{"type":"bye","type":"bye","reason":"a","message":""}', "duplicate_key"),
+        (M, b'{"type":"bye","reason":"\\udc00","message":""}', "bad_unicode"),
+        (M, b"\xff\xfe\xfd", "bad_utf8"),
+        (M, b'{"type":"bye","reason":[],"message":""}', "bad_type"),
+        (M, b'{"type":"rollouts"}', "missing_field"),
+        (M, make_hello(me, KEYS.lan_id, new_nonce(), b"\x01" * 32), "unexpected_message"),
+        (S, b"short", "bad_frame"),
+        (S, seal(KEYS, b"{nope"), "bad_json"),
+        (S, seal(KEYS, make_bye("shutdown", "x")), "unexpected_message"),
+        (S, seal(KEYS, envelope(me).replace(b'"signature":"', b'"signature":"00', 1)), "bad_value"),
+        (S, sealed(me, sent_at=time.time() - 86400), "expired"),
+        (S, seal(KEYS, envelope(me, other_room)), "wrong_room"),  # signed for another room
+        (S, sealed(me, other_room), "wrong_secret"),  # sealed with another room's key
+        (S, seal(KEYS, make_rollouts(me, KEYS, foreign, 1)[0]), "wrong_producer"),
+        (S, sealed(other), "wrong_sender"),
+        (S, good_once, None),
+        (S, good_once, "replay"),
+        (S, sealed(me, round_=2), "stale_round"),
+        (S, seal(KEYS, json.dumps(msg).encode()), "bad_signature"),
+    ]
 
     async def go() -> None:
-        session, ws = await _client(node, me)
+        c = await _client(node, me)
         try:
-            for data, reason in cases:
+            for kind, data, reason in cases:
                 before = (
                     node.rejections(me.node_id)[reason] if reason else node.counters["delivered"]
                 )
-                await ws.send_bytes(data)
+                await (c.send_message(data) if kind == M else c.send_sealed(data))
                 if reason is None:
                     ok = await asyncio.to_thread(
                         node.wait_for, lambda b=before: node.counters["delivered"] > b, 5
@@ -125,44 +109,49 @@ def test_every_bad_input_is_refused_and_counted_and_good_batches_still_arrive(no
                     )
                 assert ok, f"{reason} was not counted: {node.rejections(me.node_id)}"
             # the link survived all of it: a fresh good batch still arrives
-            await ws.send_bytes(_signed(me, round_=11, start=70))
+            await c.send_sealed(sealed(me, round_=11, start=70))
             assert await asyncio.to_thread(
                 node.wait_for, lambda: node.counters["delivered"] == 2, 5
             )
-            # an oversize message is refused by the websocket layer, counted, and closes the link
-            await ws.send_bytes(b" " * ((1 << 20) + 10))
+            # an oversize message is refused by the websocket layer before any decryption:
+            # junk nobody proved they sent, so it closes the link and is charged to the address
+            await c.ws.send_bytes(b" " * ((1 << 20) + 300))
             assert await asyncio.to_thread(
-                node.wait_for, lambda: node.rejections(me.node_id)["too_large"] == 1, 5
+                node.wait_for, lambda: node.rejections("ip:127.0.0.1")["too_large"] == 1, 5
             )
         finally:
-            await ws.close()
-            await session.close()
+            await c.close()
 
     asyncio.run(go())
     assert [s for s, _ in node.receive()] == [me.node_id, me.node_id]
     row = next(p for p in node.peers() if p.node_id == me.node_id)
-    assert row.rejected == len(cases) - 1 + 1 and row.accepted == 4
+    assert row.rejected == len(cases) - 1 and row.accepted == 4
+    assert not row.muted
 
 
 def test_handshake_refusals_are_counted_and_told(nodes) -> None:
-    node = nodes(secret="s3cret")
+    code = new_room_key()
+    node = nodes(secret=code)
     me = Identity.generate()
 
-    async def attempt(ident, room, secret) -> str:
-        async with aiohttp.ClientSession() as s, s.ws_connect(url(node)) as ws:
-            try:
-                await handshake(ws, ident, room_hash(room), room_key(room, secret), timeout=2)
-            except HandshakeError as e:
-                return e.reason
-            return "accepted"
+    async def attempt(ident, keys) -> str:
+        try:
+            c = await _client(node, ident, keys)
+        except HandshakeError as e:
+            return e.reason
+        await c.close()
+        return "accepted"
 
-    assert asyncio.run(attempt(me, "default", "guess")) == "wrong_secret"
-    assert asyncio.run(attempt(me, "default", "")) == "wrong_secret"  # no secret: nothing exchanged
-    assert asyncio.run(attempt(me, "another", "s3cret")) == "wrong_room"
-    assert asyncio.run(attempt(node.ident, "default", "s3cret")) == "same_identity"
-    want = {"wrong_secret": 2, "wrong_room": 1, "same_identity": 1}
+    guess = keys_of("default", new_room_key())
+    lan_only = dataclasses.replace(guess, lan_id=keys_of("default", code).lan_id)
+    assert asyncio.run(attempt(me, guess)) == "wrong_room"  # another key is another room
+    assert asyncio.run(attempt(me, lan_only)) == "wrong_secret"  # its lan id, not its key
+    assert asyncio.run(attempt(me, keys_of())) == "wrong_room"  # no secret: nothing exchanged
+    assert asyncio.run(attempt(node.ident, keys_of("default", code))) == "same_identity"
+    want = {"wrong_secret": 1, "wrong_room": 2, "same_identity": 1}
     assert node.wait_for(lambda: node.rejections("ip:127.0.0.1") == want, 5), node.rejections()
-    assert asyncio.run(attempt(me, "default", "s3cret")) == "accepted"
+    assert asyncio.run(attempt(me, keys_of("default", code))) == "accepted"
+    assert node.rejections(me.node_id) == {}  # nothing a stranger did is held against an id
 
 
 def test_two_nodes_with_one_identity_are_told_so(nodes) -> None:
@@ -181,20 +170,22 @@ def test_a_flooding_peer_is_muted_and_its_batches_dropped(nodes) -> None:
     node = nodes(reject_threshold=5, mute_base=60)
     me = Identity.generate()
 
+    def told_muted(frame) -> bool:
+        return not isinstance(frame, Closed) and parse_message(frame[1]).reason == "muted"
+
     async def go() -> None:
-        session, ws = await _client(node, me)
+        c = await _client(node, me)
         try:
             for _ in range(5):
-                await ws.send_bytes(b"{nope")
-            raw = await read_raw(ws, timeout=5)  # the node says why, then hangs up
-            assert isinstance(raw, bytes) and b'"reason":"muted"' in raw
+                await c.send_message(b"{nope")
+            assert told_muted(await c.recv())  # the node says why, then hangs up
         finally:
-            await ws.close()
-            await session.close()
-        async with aiohttp.ClientSession() as s, s.ws_connect(url(node)) as ws2:
-            await handshake(ws2, me, room_hash("default"), room_key("default", ""), timeout=2)
-            raw = await read_raw(ws2, timeout=5)  # still muted on reconnect: told, hung up on
-            assert isinstance(raw, bytes) and b'"reason":"muted"' in raw
+            await c.close()
+        c2 = await _client(node, me)
+        try:
+            assert told_muted(await c2.recv())  # still muted on reconnect: told, hung up on
+        finally:
+            await c2.close()
 
     asyncio.run(go())
     assert node.counters["muted"] == 1 and node.rejections(me.node_id)["bad_json"] == 5
@@ -206,21 +197,20 @@ def test_a_flood_of_valid_batches_is_rate_limited_and_crowds_out_no_one(nodes) -
     flooder, polite = Identity.generate(), Identity.generate()
 
     async def go() -> None:
-        s1, ws1 = await _client(node, flooder)
-        s2, ws2 = await _client(node, polite)
+        c1 = await _client(node, flooder)
+        c2 = await _client(node, polite)
         try:
             for i in range(20):
-                await ws1.send_bytes(_signed(flooder, start=2 * i))
-            await ws2.send_bytes(_signed(polite))
+                await c1.send_sealed(sealed(flooder, start=2 * i))
+            await c2.send_sealed(sealed(polite))
             done = lambda: node.rejections(flooder.node_id)["rate_limited"] == 15  # noqa: E731
             assert await asyncio.to_thread(node.wait_for, done, 5)
             assert await asyncio.to_thread(
                 node.wait_for, lambda: node.counters["delivered"] == 6, 5
             )
         finally:
-            for ws, s in ((ws1, s1), (ws2, s2)):
-                await ws.close()
-                await s.close()
+            await c1.close()
+            await c2.close()
 
     asyncio.run(go())
     senders = [s for s, _ in node.receive()]
@@ -232,12 +222,14 @@ def test_a_peer_that_never_answers_pings_is_dropped(nodes) -> None:
     me = Identity.generate()
 
     async def go() -> None:
-        async with aiohttp.ClientSession() as s, s.ws_connect(url(node), autoping=False) as ws:
-            await handshake(ws, me, room_hash("default"), room_key("default", ""), timeout=2)
+        c = await _client(node, me, autoping=False)
+        try:
             assert await asyncio.to_thread(node.wait_for, lambda: me.node_id in node.connected(), 5)
             # read (and ignore) pings until the node gives up on us
-            while not ws.closed:
-                await read_raw(ws, timeout=5)
+            while not c.ws.closed:
+                await read_raw(c.ws, timeout=5)
+        finally:
+            await c.close()
 
     asyncio.run(go())
     assert node.wait_for(lambda: me.node_id not in node.connected(), 5)

@@ -1,5 +1,5 @@
 """Identities and the wire protocol: key files, message parsing (every bad input has its reason,
-fuzzed with Hypothesis), and the checks on signed rollout batches."""
+fuzzed with Hypothesis), and the checks on signed, sealed rollout batches."""
 
 from __future__ import annotations
 
@@ -14,22 +14,23 @@ from hypothesis import strategies as st
 from swarm_util import batch_for, group
 
 from sapo_edge.rollout import encode_batch
+from sapo_edge.swarm.batches import RolloutVerifier, make_rollouts, seal
 from sapo_edge.swarm.identity import Identity, IdentityError, load_or_create, name_for_id
 from sapo_edge.swarm.protocol import (
+    Auth,
     Bye,
     Hello,
     ProtocolError,
     Rollouts,
-    RolloutVerifier,
+    make_auth,
     make_hello,
-    make_rollouts,
     new_nonce,
     parse_message,
-    room_hash,
-    room_key,
 )
+from sapo_edge.swarm.roomkey import new_room_key, room_keys
 
-ROOM, KEY = room_hash("lab"), room_key("lab", "s3cret")
+KEYS = room_keys("lab", new_room_key())
+ROOM = KEYS.lan_id
 
 
 # --- identity ---------------------------------------------------------------------------------
@@ -59,7 +60,13 @@ def test_a_damaged_identity_file_says_what_to_do(tmp_path) -> None:
 
 
 def hello_dict(**over) -> dict:
-    d = json.loads(make_hello(Identity.generate(), ROOM, new_nonce(), model="m", backend="cpu"))
+    d = json.loads(make_hello(Identity.generate(), ROOM, new_nonce(), b"\x01" * 32))
+    d.update(over)
+    return d
+
+
+def auth_dict(**over) -> dict:
+    d = json.loads(make_auth(Identity.generate(), "initiator", b"t" * 32, model="m", backend="cpu"))
     d.update(over)
     return d
 
@@ -72,7 +79,9 @@ def reason_of(data: bytes | str) -> str:
 
 def test_a_good_hello_and_bye_parse() -> None:
     h = parse_message(json.dumps(hello_dict()).encode())
-    assert isinstance(h, Hello) and h.room == ROOM and h.model == "m"
+    assert isinstance(h, Hello) and h.room == ROOM and h.ephemeral == b"\x01" * 32
+    a = parse_message(json.dumps(auth_dict()).encode())
+    assert isinstance(a, Auth) and a.model == "m" and a.backend == "cpu"
     b = parse_message(b'{"type":"bye","reason":"shutdown","message":"bye now"}')
     assert b == Bye("shutdown", "bye now")
 
@@ -95,12 +104,14 @@ def test_a_good_hello_and_bye_parse() -> None:
         (b"[1,2]", "bad_type"),
         (b"{nope", "bad_json"),
         (json.dumps({"type": "bye", "reason": "r" * 41, "message": ""}).encode(), "too_large"),
-        (json.dumps(hello_dict(version=2)).encode(), "unknown_version"),
+        (json.dumps(hello_dict(version=1)).encode(), "unknown_version"),
         (json.dumps(hello_dict(node_id="0" * 32)).encode(), "bad_identity"),
         (json.dumps(hello_dict(nonce="XYZ")).encode(), "bad_value"),
         (json.dumps(hello_dict(role="boss")).encode(), "bad_value"),
-        (json.dumps(hello_dict(capabilities=[1])).encode(), "bad_type"),
-        (json.dumps(hello_dict(name="evil\x1b[2J")).encode(), "bad_value"),
+        (json.dumps(hello_dict(ephemeral="ab")).encode(), "bad_value"),
+        (json.dumps(hello_dict(room="ab" * 8)).encode(), "bad_value"),  # the old 16-hex room
+        (json.dumps(auth_dict(capabilities=[1])).encode(), "bad_type"),
+        (json.dumps(auth_dict(name="evil\x1b[2J")).encode(), "bad_value"),
     ],
 )
 def test_every_bad_message_is_refused_with_its_reason(data: bytes, reason: str) -> None:
@@ -108,7 +119,7 @@ def test_every_bad_message_is_refused_with_its_reason(data: bytes, reason: str) 
 
 
 _FUZZ_ID = Identity.generate()
-_VALID = make_rollouts(_FUZZ_ID, ROOM, KEY, batch_for(_FUZZ_ID), 1)[0]
+_VALID = make_rollouts(_FUZZ_ID, KEYS, batch_for(_FUZZ_ID), 1)[0]
 
 
 def _splice(at_and_bytes: tuple[int, bytes]) -> bytes:
@@ -133,7 +144,15 @@ def _splice(at_and_bytes: tuple[int, bytes]) -> bytes:
             {"type": st.sampled_from(["hello", "auth", "rollouts", "bye"])},
             optional={
                 k: st.one_of(st.text(max_size=70), st.integers(), st.floats(), st.none())
-                for k in ("version", "node_id", "reason", "message", "body", "signature")
+                for k in (
+                    "version",
+                    "node_id",
+                    "reason",
+                    "message",
+                    "body",
+                    "signature",
+                    "ephemeral",
+                )
             },
         ).map(lambda v: json.dumps(v, allow_nan=True)),
     )
@@ -144,7 +163,7 @@ def test_the_parser_never_raises_anything_but_protocol_error(data) -> None:
     try:
         msg = parse_message(data)
         if isinstance(msg, Rollouts):
-            RolloutVerifier(ROOM, KEY).verify(msg, "fuzz")
+            RolloutVerifier(KEYS).verify(msg, "fuzz")
     except ProtocolError as e:
         assert e.reason and isinstance(e.reason, str)
 
@@ -152,10 +171,10 @@ def test_the_parser_never_raises_anything_but_protocol_error(data) -> None:
 # --- signed batches ---------------------------------------------------------------------------
 
 
-def signed(ident: Identity, room: str = ROOM, key: bytes = KEY, **kw) -> Rollouts:
+def signed(ident: Identity, keys=KEYS, **kw) -> Rollouts:
     r = kw.pop("round_", 1)
-    msg, _ = make_rollouts(ident, room, key, batch_for(ident, r), r, **kw)
-    parsed = parse_message(msg)
+    msg, _ = make_rollouts(ident, keys, batch_for(ident, r), r, **kw)
+    parsed = RolloutVerifier(keys).open(seal(keys, msg))  # sealed and opened as on the wire
     assert isinstance(parsed, Rollouts)
     return parsed
 
@@ -168,7 +187,7 @@ def verify_reason(v: RolloutVerifier, msg: Rollouts, route: str = "peer") -> str
 
 def test_a_signed_batch_verifies_and_carries_the_exact_payload() -> None:
     ident = Identity.generate()
-    v = RolloutVerifier(ROOM, KEY)
+    v = RolloutVerifier(KEYS)
     batch = v.verify(signed(ident), "peer")
     assert batch is not None and batch.sender == ident.node_id and batch.groups == 2
     assert batch.payload == batch_for(ident)
@@ -176,31 +195,34 @@ def test_a_signed_batch_verifies_and_carries_the_exact_payload() -> None:
 
 def test_tampering_forging_and_foreign_rooms_are_refused() -> None:
     ident, other = Identity.generate(), Identity.generate()
-    v = RolloutVerifier(ROOM, KEY)
+    v = RolloutVerifier(KEYS)
     msg = signed(ident)
-    tampered = Rollouts(
-        msg.sender, msg.public_key, msg.body.replace("What", "Wh4t"), msg.signature, msg.mac
-    )
+    tampered = Rollouts(msg.sender, msg.public_key, msg.body.replace("What", "Wh4t"), msg.signature)
     assert verify_reason(v, tampered) == "bad_signature"
-    forged = Rollouts(msg.sender, other.public_key, msg.body, msg.signature, msg.mac)
+    forged = Rollouts(msg.sender, other.public_key, msg.body, msg.signature)
     assert verify_reason(v, forged) == "bad_identity"  # the key is not the sender's
-    assert verify_reason(v, signed(ident, room=room_hash("elsewhere"))) == "wrong_room"
-    assert verify_reason(v, signed(ident, key=room_key("lab", "guess"))) == "wrong_secret"
+    # signed for another room (by a member of both): opened with that room's key, refused here
+    elsewhere = room_keys("elsewhere", new_room_key())
+    env, _ = make_rollouts(ident, elsewhere, batch_for(ident), 1)
+    with pytest.raises(ProtocolError) as e:
+        v.open(seal(elsewhere, env))  # sealed for another room: does not even open
+    assert e.value.reason == "wrong_secret"
+    assert verify_reason(v, parse_message(env)) == "wrong_room"
     # groups that name another producer, even correctly signed, are not the signer's to send
     payload = encode_batch([group(other.node_id)])
-    msg2, _ = make_rollouts(ident, ROOM, KEY, payload, 1)
+    msg2, _ = make_rollouts(ident, KEYS, payload, 1)
     assert verify_reason(v, parse_message(msg2)) == "wrong_producer"
     assert v.verify(signed(ident), "peer") is not None  # nothing above poisoned the verifier
 
 
 def test_replays_expired_and_stale_batches_are_refused_but_a_second_route_is_a_duplicate() -> None:
     ident = Identity.generate()
-    v = RolloutVerifier(ROOM, KEY, window_s=60, stale_rounds=3)
+    v = RolloutVerifier(KEYS, window_s=60, stale_rounds=3)
     msg = signed(ident)
     assert v.verify(msg, "lan") is not None
     assert v.verify(msg, "relay") is None  # the same batch by another route: dropped quietly
     assert verify_reason(v, msg, "lan") == "replay"
     assert verify_reason(v, signed(ident, sent_at=time.time() - 3600)) == "expired"
     assert v.verify(signed(ident, round_=20), "lan") is not None
-    msg_old, _ = make_rollouts(ident, ROOM, KEY, batch_for(ident, 5), 5)
+    msg_old, _ = make_rollouts(ident, KEYS, batch_for(ident, 5), 5)
     assert verify_reason(v, parse_message(msg_old)) == "stale_round"

@@ -1,18 +1,18 @@
 """The relay on loopback: nodes exchange through it, a node on relay and LAN at once sees no
-duplicates, and the relay's limits (size, rate, connections, replays, forgeries, dead clients)
-each refuse and count. /healthz and /stats are served in-process with aiohttp's test client."""
+duplicates, and the relay's limits (size, rate, connections, replays, junk, dead clients) each
+refuse and count; what it forwards is sealed, so a relay that alters it is caught by the nodes.
+/healthz and /stats are served in-process with aiohttp's test client."""
 
 from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
-from swarm_util import RelayThread, batch_for
+from swarm_util import RelayThread, batch_for, connect, keys_of, sealed
 
+from sapo_edge.swarm.handshake import KIND_SEALED
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.swarm.peer import Outbox, handshake, read_raw
-from sapo_edge.swarm.protocol import make_rollouts, room_hash, room_key
+from sapo_edge.swarm.peer import Closed, Outbox, read_raw
 from sapo_edge.swarm.relay import Relay, RelayLimits
 
 
@@ -65,85 +65,87 @@ def test_a_node_on_relay_and_lan_at_once_sees_no_duplicates(relay_of, nodes) -> 
     assert b.rejections() == {}  # the second copy is not held against anyone
 
 
-def _client(r: RelayThread, ident: Identity, room: str = "default"):
-    async def connect():
-        session = aiohttp.ClientSession()
-        ws = await session.ws_connect(f"{r.url}/ws")
-        await handshake(
-            ws, ident, room_hash(room), room_key(room, ""), timeout=2, expect_role="relay"
-        )
-        return session, ws
-
-    return connect()
-
-
-def _signed(ident: Identity, round_: int = 1, start: int = 0, room: str = "default") -> bytes:
-    batch = batch_for(ident, round_, start=start)
-    return make_rollouts(ident, room_hash(room), room_key(room, ""), batch, round_)[0]
+def _client(r: RelayThread, ident: Identity, room: str = "default", **kw):
+    return connect(r.url, ident, keys_of(room), relay=True, **kw)
 
 
 def rejected(r: RelayThread, reason: str) -> int:
     return r.relay.stats()["rejected"].get(reason, 0)
 
 
-def test_relay_refuses_forgeries_replays_floods_and_oversize(relay_of) -> None:
+def test_relay_refuses_replays_floods_junk_and_oversize(relay_of) -> None:
     r = relay_of(messages_per_minute=4, max_message_bytes=64 << 10, reject_threshold=100)
-    me, other, listener = Identity.generate(), Identity.generate(), Identity.generate()
+    me, listener = Identity.generate(), Identity.generate()
 
     async def go() -> None:
-        s1, ws = await _client(r, me)
-        s2, ear = await _client(r, listener)
+        c = await _client(r, me)
+        ear = await _client(r, listener)
         try:
-            good = _signed(me)
+            good = sealed(me)
             cases = [
-                (_signed(other), "wrong_sender"),  # relaying someone else's batch as our own
-                (good.replace(b"What", b"Wh4t", 1), "bad_signature"),
-                (_signed(me, room="elsewhere"), "wrong_room"),
-                (good, None),
-                (good, "replay"),
-                (b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
-                (_signed(me, 2, 10), None),
-                (_signed(me, 3, 20), None),
-                (_signed(me, 4, 30), None),
-                (_signed(me, 5, 40), "rate_limited"),  # 4 per minute
+                ("sealed", good, None),
+                ("sealed", good, "replay"),  # the very same box again
+                ("message", b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
+                ("message", b'{"type":"rollouts"}', "missing_field"),
+                ("sealed", sealed(me, round_=2, start=10), None),
+                ("sealed", sealed(me, round_=3, start=20), None),
+                ("sealed", sealed(me, round_=4, start=30), None),
+                ("sealed", sealed(me, round_=5, start=40), "rate_limited"),  # 4 per minute
             ]
-            for data, reason in cases:
+            for kind, data, reason in cases:
                 before = rejected(r, reason) if reason else r.relay.counters["forwarded"]
-                await ws.send_bytes(data)
+                await (c.send_sealed(data) if kind == "sealed" else c.send_message(data))
                 if reason:
                     assert r.wait_for(lambda re=reason, b=before: rejected(r, re) > b), reason
                 else:
                     assert r.wait_for(lambda b=before: r.relay.counters["forwarded"] > b)
             for _ in range(4):  # exactly the four good batches reached the other client
-                raw = await read_raw(ear, timeout=5)
-                assert isinstance(raw, bytes) and b'"type":"rollouts"' in raw
-            await ws.send_bytes(b" " * (65 << 10))  # over the relay's message limit
+                frame = await ear.recv()
+                assert not isinstance(frame, Closed) and frame[0] == KIND_SEALED
+            await c.ws.send_bytes(b" " * (65 << 10))  # over the relay's message limit
             assert r.wait_for(lambda: rejected(r, "too_large") == 1)
+            junk = await _client(r, Identity.generate())
+            await junk.ws.send_bytes(b"\x00" * 64)  # not sealed by the session: cut off
+            assert isinstance(await junk.recv(), Closed)
+            assert r.wait_for(lambda: rejected(r, "bad_frame") == 1)
+            await junk.close()
         finally:
-            for ws_, s in ((ws, s1), (ear, s2)):
-                await ws_.close()
-                await s.close()
+            await c.close()
+            await ear.close()
 
     asyncio.run(go())
     assert r.wait_for(lambda: nodes_in(r) == 0)
+
+
+def _refused_at_accept(port: int) -> bool:
+    """Connect over plain TCP: True when the relay hangs up at once, before reading anything
+    (its handshake deadline is seconds away: a timeout here means it was let in)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.settimeout(1.0)
+        try:
+            return s.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
 
 
 def test_relay_limits_connections_per_ip_and_drops_dead_clients(relay_of) -> None:
     r = relay_of(connections_per_ip=2, heartbeat=0.3)
 
     async def go() -> None:
-        async with aiohttp.ClientSession() as s:
-            ws1 = await s.ws_connect(f"{r.url}/ws", autoping=False)  # will never answer pings
-            await handshake(ws1, Identity.generate(), room_hash("x"), b"", timeout=2)
-            ws2 = await s.ws_connect(f"{r.url}/ws")
-            with pytest.raises(aiohttp.WSServerHandshakeError) as e:
-                await s.ws_connect(f"{r.url}/ws")
-            assert e.value.status == 503
-            assert r.relay.stats()["connections_refused"] == 1
-            await ws2.close()
-            while not ws1.closed:  # the relay gives up on the silent client
-                await read_raw(ws1, timeout=5)
-            assert r.wait_for(lambda: rejected(r, "no_pong") >= 1), r.relay.stats()["rejected"]
+        c1 = await _client(r, Identity.generate(), room="x", autoping=False)  # never pongs
+        c2 = await _client(r, Identity.generate(), room="x")
+        # a third connection from this IP is cut at accept, before any HTTP is parsed
+        assert await asyncio.to_thread(_refused_at_accept, r.port)
+        assert r.relay.stats()["connections_refused"] == 1
+        await c2.close()
+        while not c1.ws.closed:  # the relay gives up on the silent client
+            await read_raw(c1.ws, timeout=5)
+        assert r.wait_for(lambda: rejected(r, "no_pong") >= 1), r.relay.stats()["rejected"]
+        await c1.close()
 
     asyncio.run(go())
     assert r.wait_for(lambda: r.relay.stats()["connections"] == 0)
@@ -157,13 +159,18 @@ async def test_outbox_drops_the_oldest_when_a_client_is_slow() -> None:
         async def send_bytes(self, data: bytes) -> None:
             await asyncio.Event().wait()
 
-    box = Outbox(Stuck(), limit=3)
+    ws = Stuck()
+    box = Outbox(lambda kind, data: ws.send_bytes(data), lambda: ws.closed, limit=3)
     for i in range(10):
-        box.put(bytes([i]))
-    assert (
-        box.dropped == 7 and list(box.queue)[-3:] == [b"\x07", b"\x08", b"\x09"][-len(box.queue) :]
-    )
+        box.put(KIND_SEALED, bytes([i]))
+    frames = [d for _, d in box.queue]
+    assert box.dropped == 7 and frames[-3:] == [b"\x07", b"\x08", b"\x09"][-len(frames) :]
+    box2 = Outbox(lambda kind, data: ws.send_bytes(data), lambda: ws.closed, 100, max_bytes=10)
+    for _ in range(10):
+        box2.put(KIND_SEALED, bytes(4))  # bounded by bytes too
+    assert box2.bytes <= 10 + 4 and box2.dropped >= 7
     box.close()
+    box2.close()
 
 
 @pytest.mark.asyncio
@@ -184,13 +191,12 @@ async def test_healthz_and_stats(aiohttp_client) -> None:
 
 
 class ForgingRelay(Relay):
-    """A relay gone bad: it rewrites every answer it forwards."""
+    """A relay gone bad: it flips a byte in every sealed batch it forwards."""
 
-    async def _forward(self, client, msg) -> None:
-        body = msg.body.replace("<answer>", "<answer>1")
-        await super()._forward(
-            client, type(msg)(msg.sender, msg.public_key, body, msg.signature, msg.mac)
-        )
+    async def _forward(self, client, sealed_box) -> None:
+        forged = bytearray(sealed_box)
+        forged[len(forged) // 2] ^= 1
+        await super()._forward(client, bytes(forged))
 
 
 def test_a_relay_cannot_forge_what_it_forwards(relay_of, nodes) -> None:
@@ -201,7 +207,7 @@ def test_a_relay_cannot_forge_what_it_forwards(relay_of, nodes) -> None:
     for n in (a, b):
         assert n.wait_for(lambda n=n: n.connected() == [relay_key], 5)
     a.publish(batch_for(a.ident, 1))
-    assert b.wait_for(lambda: b.rejections(relay_key)["bad_signature"] == 1, 5)
+    assert b.wait_for(lambda: b.rejections(relay_key)["wrong_secret"] == 1, 5)
     assert b.receive() == [] and b.rejections(a.ident.node_id) == {}  # a is not blamed
 
 
@@ -210,21 +216,18 @@ def test_relay_caps_connections_in_total_and_a_reconnect_replaces_the_old_link(r
     me = Identity.generate()
 
     async def go() -> None:
-        s1, old = await _client(r, me)
-        s2, new = await _client(r, me)  # the same key again, e.g. after a network change
+        old = await _client(r, me)
+        new = await _client(r, me)  # the same key again, e.g. after a network change
         try:
-            raw = await read_raw(old, timeout=5)
-            assert isinstance(raw, bytes) and b'"reason":"replaced"' in raw
+            frame = await old.recv()
+            assert not isinstance(frame, Closed) and b'"reason":"replaced"' in frame[1]
             assert r.wait_for(lambda: nodes_in(r) == 1 and r.relay.connections == 1)
-            async with aiohttp.ClientSession() as s:
-                other = await s.ws_connect(f"{r.url}/ws")  # the second of two allowed
-                with pytest.raises(aiohttp.WSServerHandshakeError):
-                    await s.ws_connect(f"{r.url}/ws")
-                await other.close()
+            other = await _client(r, Identity.generate())  # the second of two allowed
+            assert await asyncio.to_thread(_refused_at_accept, r.port)
+            await other.close()
             assert r.relay.stats()["connections_refused"] == 1
         finally:
-            for ws, s in ((old, s1), (new, s2)):
-                await ws.close()
-                await s.close()
+            await old.close()
+            await new.close()
 
     asyncio.run(go())

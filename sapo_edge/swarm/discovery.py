@@ -1,6 +1,8 @@
 """LAN discovery with python-zeroconf: advertise `_sapo-edge._tcp.local.` with a small TXT record
-(protocol version, room hash, node id, port, model), browse, resolve peers of the same room, and
-report peers that vanish.
+(protocol version, the room's lan id, node id, port, model), browse, resolve peers of the same
+room, and report peers that vanish. Adverts are hostile input: resolves in flight and services
+tracked are capped, and the network checks that whoever answers at an address is the node the
+advert named.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from .protocol import PROTOCOL_VERSION
 
 SERVICE = "_sapo-edge._tcp.local."
 _HEX = set("0123456789abcdef")
+MAX_RESOLVING = 8  # resolves in flight; more adverts wait for the next browse event
+MAX_FOUND = 256  # services remembered
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,12 @@ def parse_txt(props: dict) -> Advert | str:
     if version != str(PROTOCOL_VERSION):
         return "unknown_version"
     room, node_id, port, model = (
-        text(b"room", 16),
+        text(b"room", 32),
         text(b"id", 32),
         text(b"port", 5),
         text(b"model", 60),
     )
-    if not room or len(room) != 16 or not set(room) <= _HEX:
+    if not room or len(room) != 32 or not set(room) <= _HEX:
         return "bad_room"
     if not node_id or len(node_id) != 32 or not set(node_id) <= _HEX:
         return "bad_id"
@@ -131,6 +135,11 @@ class LanDiscovery:
                 self.on_lost(node_id)
             self.on_event()
             return
+        if len(self._tasks) >= MAX_RESOLVING or (
+            name not in self.found and len(self.found) >= MAX_FOUND
+        ):
+            self.ignored["busy"] = self.ignored.get("busy", 0) + 1
+            return
         task = asyncio.get_running_loop().create_task(self._resolve(service_type, name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -144,7 +153,7 @@ class LanDiscovery:
     async def _resolve_one(self, service_type: str, name: str) -> None:
         assert self._azc is not None
         info = AsyncServiceInfo(service_type, name)
-        if not await info.async_request(self._azc.zeroconf, 3000):
+        if not await info.async_request(self._azc.zeroconf, 2000):
             self.ignored["unresolved"] = self.ignored.get("unresolved", 0) + 1
             return
         advert = parse_txt(info.properties or {})

@@ -1,4 +1,5 @@
-"""A node's Ed25519 identity: made on first run, kept (mode 0600) in the user's config dir.
+"""A node's Ed25519 identity: made on first run, kept (mode 0600, owned by the user) in the
+user's config dir.
 
 node id = first 32 hex chars of sha256(public key); the readable name is derived from it.
 """
@@ -86,6 +87,21 @@ class Identity:
         return self.private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
 
 
+def check_private(p: Path) -> None:
+    """Refuse a key file another user owns (they could have planted or read it); tighten a
+    mode that lets others read it. The owner check is skipped where there are no uids."""
+    st = p.stat()
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and st.st_uid != getuid():
+        raise IdentityError(
+            f"identity file {p} belongs to user id {st.st_uid}, not to you ({getuid()}): "
+            "another user could read or replace it. Move it away (a new identity is made on "
+            "the next run) or set SAPO_EDGE_HOME to a folder of your own."
+        )
+    if os.name == "posix" and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(p, 0o600)  # a private key readable by others: tighten it
+
+
 def default_identity_path() -> Path:
     home = os.environ.get("SAPO_EDGE_HOME")
     base = Path(home) if home else Path.home() / ".config" / "sapo-edge"
@@ -106,8 +122,7 @@ def load_or_create(path: str | Path | None = None) -> tuple[Identity, bool]:
                 f"identity file {p} holds {len(raw)} bytes, not a 32-byte Ed25519 key: "
                 "move it away and a new identity is made on the next run."
             )
-        if os.name == "posix" and stat.S_IMODE(p.stat().st_mode) & 0o077:
-            os.chmod(p, 0o600)  # a private key readable by others: tighten it
+        check_private(p)
         return Identity._from_private(Ed25519PrivateKey.from_private_bytes(raw)), False
     ident = Identity.generate()
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""One websocket to a peer or the relay: the hello/auth handshake, reading messages with every
-failure mapped to a reason code, and a bounded send queue that drops the oldest when full.
+"""One websocket to a peer or the relay: reading frames with every transport failure mapped to a
+reason code, and a bounded send queue (count and bytes) that drops the oldest when full.
 """
 
 from __future__ import annotations
@@ -7,25 +7,16 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from .identity import Identity
-from .protocol import (
-    Auth,
-    Hello,
-    Message,
-    ProtocolError,
-    check_auth,
-    make_auth,
-    make_bye,
-    make_hello,
-    new_nonce,
-    parse_message,
-)
+from .protocol import MAX_MESSAGE_BYTES
 
 WS = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
+# A websocket message after the handshake: one encrypted frame holding a sealed batch.
+MAX_FRAME_BYTES = MAX_MESSAGE_BYTES + 256
 
 
 @dataclass(frozen=True)
@@ -59,113 +50,38 @@ async def read_raw(ws: WS, timeout: float | None = None) -> bytes | str | Closed
     return Closed(None)
 
 
-async def read_message(ws: WS, timeout: float | None = None) -> Message | Closed:
-    """The next parsed message; a malformed one raises ProtocolError (the link stays open)."""
-    raw = await read_raw(ws, timeout)
-    if isinstance(raw, Closed):
-        return raw
-    return parse_message(raw)
-
-
-class HandshakeError(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-async def handshake(
-    ws: WS,
-    ident: Identity,
-    room: str,
-    key: bytes,
-    *,
-    timeout: float,
-    role: str = "node",
-    model: str = "",
-    backend: str = "",
-    name: str | None = None,
-    expect_role: str | None = None,
-) -> Hello:
-    """Both sides: send hello (with a fresh nonce), read the peer's, prove identity and room.
-
-    The peer's room proof is checked only when both sides are nodes (a relay knows no secret).
-    Raises HandshakeError(reason) after telling the peer why with a bye.
-    """
-    nonce = new_nonce()
-    await ws.send_bytes(
-        make_hello(ident, room, nonce, role=role, model=model, backend=backend, name=name)
-    )
-    hello = await _expect(ws, Hello, timeout)
-    if expect_role and hello.role != expect_role:
-        await _fail(ws, "bad_role", f"expected a {expect_role}, got a {hello.role}.")
-    if hello.node_id == ident.node_id:
-        await _fail(
-            ws,
-            "same_identity",
-            f"both nodes present id {ident.node_id[:12]}: one copied the other's identity.key; "
-            "give one node its own SAPO_EDGE_HOME (or delete its identity.key) and restart it.",
-        )
-    if hello.room != room and role != "relay":
-        await _fail(ws, "wrong_room", "the peer is in a different room.")
-    await ws.send_bytes(make_auth(ident, hello.nonce, room, key))
-    auth = await _expect(ws, Auth, timeout)
-    try:
-        check_auth(auth, hello, nonce, room, key if role == hello.role == "node" else None)
-    except ProtocolError as e:
-        await _fail(ws, e.reason, str(e))
-    return hello
-
-
-async def _expect(ws: WS, kind: type, timeout: float):
-    try:
-        msg = await read_message(ws, timeout)
-    except ProtocolError as e:
-        await _fail(ws, e.reason, f"during handshake: {e}")
-    if isinstance(msg, Closed):
-        raise HandshakeError(msg.reason or "closed", "the peer closed during the handshake.")
-    if not isinstance(msg, kind):
-        reason = msg.reason if hasattr(msg, "reason") else "unexpected_message"
-        text = getattr(msg, "message", f"expected {kind.__name__.lower()}")
-        await _fail(ws, reason, text, send=not hasattr(msg, "reason"))
-    return msg
-
-
-async def _fail(ws: WS, reason: str, message: str, send: bool = True):
-    if send and not ws.closed:
-        try:
-            await ws.send_bytes(make_bye(reason, message))
-        except (ConnectionError, RuntimeError):
-            pass
-    await ws.close()
-    raise HandshakeError(reason, message)
-
-
 class Outbox:
-    """A bounded queue of messages for one websocket, sent by its own task: a slow peer only
-    loses its oldest messages (counted in `dropped`), it never blocks the sender."""
+    """A bounded queue of frames for one link, sent by its own task through `send(kind, data)`:
+    a slow peer only loses its oldest frames (counted in `dropped`), it never blocks the sender.
+    Bounded by count and by bytes (the frames themselves are shared between links)."""
 
-    def __init__(self, ws: WS, limit: int) -> None:
-        self.ws, self.limit = ws, limit
-        self.queue: deque[bytes] = deque()
+    def __init__(self, send: Any, closed: Any, limit: int, max_bytes: int = 32 << 20) -> None:
+        self._send, self._closed = send, closed  # async send(kind, data); closed() -> bool
+        self.limit, self.max_bytes = limit, max_bytes
+        self.queue: deque[tuple[int, bytes]] = deque()
+        self.bytes = 0
         self.dropped = 0
         self.sent = 0
         self._ready = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run())
 
-    def put(self, data: bytes) -> None:
-        if len(self.queue) >= self.limit:
-            self.queue.popleft()
+    def put(self, kind: int, data: bytes) -> None:
+        self.queue.append((kind, data))
+        self.bytes += len(data)
+        while len(self.queue) > self.limit or (self.bytes > self.max_bytes and len(self.queue) > 1):
+            self.bytes -= len(self.queue.popleft()[1])
             self.dropped += 1
-        self.queue.append(data)
         self._ready.set()
 
     async def _run(self) -> None:
         try:
-            while not self.ws.closed:
+            while not self._closed():
                 await self._ready.wait()
                 self._ready.clear()
-                while self.queue and not self.ws.closed:
-                    await self.ws.send_bytes(self.queue.popleft())
+                while self.queue and not self._closed():
+                    kind, data = self.queue.popleft()
+                    self.bytes -= len(data)
+                    await self._send(kind, data)
                     self.sent += 1
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass  # the reader notices the closed socket and cleans up

@@ -4,14 +4,20 @@ mute policy (too many rejections in a window: muted, with a backoff that doubles
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sapo_edge.textsafe import clean
+
+from .identity import name_for_id
 from .peers import PeerInfo
-from .protocol import Hello
+from .protocol import Auth
+
+_DERIVED = re.compile(r"[a-z]+-[a-z]+-[0-9a-f]{4}")
 
 
 @dataclass
@@ -49,13 +55,15 @@ class PeerBook:
         mute_base: float,
         max_tracked: int,
         log: Callable[[str], None],
+        own_name: str = "",
     ) -> None:
         self.changed, self.counters, self.log = changed, counters, log
+        self.own_name = own_name
         self.reject_threshold, self.reject_window = reject_threshold, reject_window
         self.mute_base, self.max_tracked = mute_base, max_tracked
         self.stats: dict[str, PeerStats] = {}
 
-    def stat(self, key: str, hello: Hello | None, via: str) -> PeerStats:
+    def stat(self, key: str, auth: Auth | None, via: str, node_id: str = "") -> PeerStats:
         with self.changed:
             st = self.stats.get(key)
             if st is None:
@@ -66,16 +74,15 @@ class PeerBook:
                 st = self.stats[key] = PeerStats(via=via)
                 if is_node_id(key):
                     st.node_id = key
-            if hello is not None:
-                st.name, st.node_id, st.model, st.backend = (
-                    hello.name,
-                    hello.node_id,
-                    hello.model,
-                    hello.backend,
-                )
+            if auth is not None:
+                st.node_id = node_id or st.node_id
+                st.name = peer_name(auth.name, st.node_id)
+                st.model, st.backend = clean(auth.model, 200), clean(auth.backend, 40)
                 st.via = via
-            elif not st.name and st.node_id:
-                st.name = st.node_id[:8]
+            else:
+                st.via = st.via or via
+                if not st.name and st.node_id:
+                    st.name = name_for_id(st.node_id)
             return st
 
     def reject(self, key: str, reason: str) -> bool:
@@ -96,7 +103,9 @@ class PeerBook:
             st.muted_until = now + min(3600.0, self.mute_base * 2 ** (st.mutes - 1))
             st.recent.clear()
             self.counters["muted"] += 1
-        self.log(f"peer {st.name or key[:16]} muted for {st.muted_until - now:.0f} s ({reason})")
+        self.log(
+            f"peer {clean(st.name or key[:16], 64)} muted for {st.muted_until - now:.0f} s ({reason})"
+        )
         return True
 
     def rate_ok(self, st: PeerStats, now: float, per_minute: int) -> bool:
@@ -113,13 +122,15 @@ class PeerBook:
         now = time.time()
         with self.changed:
             rows = []
-            for s in self.stats.values():
-                if not s.node_id:
-                    continue
+            known = [s for s in self.stats.values() if s.node_id]
+            names = Counter(s.name for s in known)
+            for s in known:
+                # two peers showing one name (or ours) are both told apart by their ids
+                clash = names[s.name] > 1 or s.name == self.own_name
                 rows.append(
                     PeerInfo(
                         node_id=s.node_id,
-                        name=s.name,
+                        name=f"{s.name}#{s.node_id[:6]}" if clash else s.name,
                         model=s.model,
                         backend=s.backend,
                         connection=s.via,
@@ -148,6 +159,10 @@ def is_node_id(key: str) -> bool:
     return len(key) == 32 and all(c in "0123456789abcdef" for c in key)
 
 
-def printable(text: str) -> str:
-    """A peer's text made safe for a terminal line."""
-    return "".join(c if c.isprintable() else "?" for c in text)
+def peer_name(announced: str, node_id: str) -> str:
+    """The name shown for a peer: its announced name made safe, unless it copies the shape of
+    a derived name ('swift-otter-3f2a') that is not its own; then its own derived name."""
+    name = clean(announced, 40).strip()
+    if not name or (_DERIVED.fullmatch(name) and name != name_for_id(node_id)):
+        return name_for_id(node_id) if node_id else name
+    return name

@@ -1,11 +1,14 @@
-"""`sapo-edge relay`: forwards signed rollout batches among the nodes of a room, for nodes that
-cannot see each other on a LAN. It cannot forge (batches are signed end to end) and it bounds
-everything: message size, per-node rate, connections per IP and in total, per-client queues.
+"""`sapo-edge relay`: forwards sealed rollout batches among the nodes of a room, for nodes that
+cannot see each other on a LAN. It knows no room key: it routes ciphertext by an opaque route id
+and learns only sizes and timing; it cannot read, forge or inject (the nodes check seals and
+signatures). It bounds everything: connections per IP and in total before any HTTP is parsed,
+handshake deadline and size, message size, per-node rate and bytes, per-client queues.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
@@ -14,46 +17,44 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
+from .guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_errors
+from .handshake import KIND_MESSAGE, KIND_SEALED, HandshakeError, LinkBroken, Session, handshake
 from .identity import Identity
-from .peer import Closed, HandshakeError, Outbox, _expect, _fail, read_message
-from .protocol import (
-    MAX_MESSAGE_BYTES,
-    Auth,
-    Bye,
-    Hello,
-    ProtocolError,
-    Rollouts,
-    check_auth,
-    check_signed,
-    dump_message,
-    make_auth,
-    make_bye,
-    make_hello,
-    new_nonce,
-)
+from .peer import MAX_FRAME_BYTES, Closed, Outbox, read_raw
+from .protocol import Bye, ProtocolError, known_reason, make_bye, parse_message
 
 
 @dataclass(frozen=True)
 class RelayLimits:
-    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_message_bytes: int = MAX_FRAME_BYTES
     messages_per_minute: int = 120  # per node
     bytes_per_minute: int = 32 << 20  # per node
     connections_per_ip: int = 16
     connections_total: int = 1024
+    pending_total: int = 64  # handshakes in flight; the oldest is dropped to make room
+    pending_per_ip: int = 8
     queue_limit: int = 64  # messages waiting for one slow client; the oldest is dropped
     heartbeat: float = 10.0
     handshake_timeout: float = 10.0
     reject_threshold: int = 20  # rejections per minute before a client is disconnected
-    window_s: float = 300.0  # a batch older or newer than this is refused
+
+    def guard(self) -> GuardLimits:
+        return GuardLimits(
+            connections_total=self.connections_total,
+            connections_per_ip=self.connections_per_ip,
+            pending_total=self.pending_total,
+            pending_per_ip=self.pending_per_ip,
+            deadline=self.handshake_timeout + 2.0,
+        )
 
 
 @dataclass
 class _Client:
     node_id: str
-    name: str
     room: str
     ip: str
     ws: web.WebSocketResponse
+    session: Session
     outbox: Outbox
     sent: deque = field(default_factory=deque)  # (time, bytes) of the last minute
     rejected: deque = field(default_factory=deque)
@@ -68,11 +69,11 @@ class Relay:
         self.ident = Identity.generate()
         self.log = log
         self.rooms: dict[str, dict[str, _Client]] = {}
-        self.per_ip: Counter = Counter()
-        self.connections = 0
+        self.guard = ConnectionGuard(self.limits.guard(), on_reject=self._guard_reject)
         self.counters: Counter = Counter()  # forwarded, dropped, refused, rejected:REASON
-        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.seen: OrderedDict[bytes, None] = OrderedDict()  # hashes of sealed boxes
         self.changed = asyncio.Condition()
+        self._background: set[asyncio.Task] = set()
 
     def make_app(self) -> web.Application:
         app = web.Application()
@@ -80,6 +81,14 @@ class Relay:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/stats", self.stats_view)
         return app
+
+    def site(self, runner: web.BaseRunner, host: str, port: int) -> GuardedSite:
+        """The listening socket, behind the relay's connection guard."""
+        return GuardedSite(runner, host, port, self.guard)
+
+    @property
+    def connections(self) -> int:
+        return len(self.guard.conns)
 
     def stats(self) -> dict:
         c = self.counters
@@ -99,113 +108,114 @@ class Relay:
     async def stats_view(self, _request: web.Request) -> web.Response:
         return web.json_response(self.stats())
 
-    async def _count(self, key: str) -> None:
-        self.counters[key] += 1
+    def _guard_reject(self, _ip: str, reason: str) -> None:
+        self.counters["refused" if reason.startswith("refused:") else f"rejected:{reason}"] += 1
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _notify(self) -> None:
         async with self.changed:
             self.changed.notify_all()
+
+    async def _count(self, key: str) -> None:
+        self.counters[key] += 1
+        await self._notify()
 
     async def serve_ws(self, request: web.Request) -> web.StreamResponse:
         ip = request.remote or "?"
         lim = self.limits
-        if self.connections >= lim.connections_total or self.per_ip[ip] >= lim.connections_per_ip:
-            await self._count("refused")
-            return web.Response(status=503, text="too many connections; try later\n")
-        self.connections += 1
-        self.per_ip[ip] += 1
-        ws = web.WebSocketResponse(heartbeat=lim.heartbeat, max_msg_size=lim.max_message_bytes)
+        ws = web.WebSocketResponse(
+            heartbeat=lim.heartbeat, max_msg_size=lim.max_message_bytes, compress=False, timeout=2.0
+        )
         try:
             await ws.prepare(request)
-            try:
-                hello = await self._handshake(ws)
+            try:  # the node speaks first; the relay answers on the node's route
+                session = await handshake(
+                    ws,
+                    self.ident,
+                    "",
+                    b"",
+                    initiator=False,
+                    timeout=lim.handshake_timeout,
+                    role="relay",
+                    expect_role="node",
+                )
             except HandshakeError as e:
-                await self._count(f"rejected:{e.reason}")
+                await self._count(f"rejected:{known_reason(e.reason)}")
                 return ws
-            await self._serve_client(ws, hello, ip)
+            self.guard.promote(request.transport)
+            await self._serve_client(ws, session, ip)
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
         finally:
-            self.connections -= 1
-            self.per_ip[ip] -= 1
-            if not self.per_ip[ip]:
-                del self.per_ip[ip]
             await ws.close()
         return ws
 
-    async def _handshake(self, ws: web.WebSocketResponse) -> Hello:
-        """The node speaks first; the relay answers in the node's room and checks its key."""
-        t = self.limits.handshake_timeout
-        hello = await _expect(ws, Hello, t)
-        if hello.role != "node":
-            await _fail(ws, "bad_role", "only nodes connect to a relay.")
-        nonce = new_nonce()
-        await ws.send_bytes(make_hello(self.ident, hello.room, nonce, role="relay", name="relay"))
-        await ws.send_bytes(make_auth(self.ident, hello.nonce, hello.room, b""))
-        auth = await _expect(ws, Auth, t)
-        try:
-            check_auth(auth, hello, nonce, hello.room, None)
-        except ProtocolError as e:
-            await _fail(ws, e.reason, str(e))
-        return hello
-
-    async def _serve_client(self, ws: web.WebSocketResponse, hello: Hello, ip: str) -> None:
+    async def _serve_client(self, ws: web.WebSocketResponse, session: Session, ip: str) -> None:
+        hello = session.hello
         old = self.rooms.get(hello.room, {}).get(hello.node_id)
-        if old is not None:  # the same key reconnected: the new connection wins
-            await old.ws.send_bytes(make_bye("replaced", "a newer connection took over."))
+        if old is not None:  # the same (authenticated) key reconnected: the new connection wins
+            try:
+                await old.session.channel.send(
+                    KIND_MESSAGE, make_bye("replaced", "a newer connection took over.")
+                )
+            except (ConnectionError, RuntimeError):
+                pass
             await old.ws.close()
         room = self.rooms.setdefault(hello.room, {})  # after the awaits: the room may be new
-        client = _Client(
-            hello.node_id, hello.name, hello.room, ip, ws, Outbox(ws, self.limits.queue_limit)
-        )
+        outbox = Outbox(session.channel.send, lambda: ws.closed, self.limits.queue_limit)
+        client = _Client(hello.node_id, hello.room, ip, ws, session, outbox)
         room[hello.node_id] = client
-        async with self.changed:
-            self.changed.notify_all()
+        await self._notify()
         try:
             while not ws.closed:
-                try:
-                    msg = await read_message(ws)
-                except ProtocolError as e:
-                    if await self._reject(client, e.reason):
-                        break
-                    continue
-                if isinstance(msg, Closed):
-                    if msg.reason:
-                        await self._reject(client, msg.reason)
+                if await self._read_one(client):
                     break
-                if isinstance(msg, Bye):
-                    break
-                if not isinstance(msg, Rollouts):
-                    if await self._reject(client, "unexpected_message"):
-                        break
-                    continue
-                reason = self._check(client, msg)
-                if reason:
-                    if await self._reject(client, reason):
-                        break
-                    continue
-                await self._forward(client, msg)
         finally:
-            client.outbox.close()
+            outbox.close()
             if room.get(hello.node_id) is client:
                 del room[hello.node_id]
                 if not room and self.rooms.get(hello.room) is room:
                     del self.rooms[hello.room]
-            async with self.changed:
-                self.changed.notify_all()
+            await self._notify()
 
-    def _check(self, client: _Client, msg: Rollouts) -> str | None:
-        if msg.sender != client.node_id:
-            return "wrong_sender"
+    async def _read_one(self, client: _Client) -> bool:
+        """Handle one frame from a client; True when its connection ends."""
+        raw = await read_raw(client.ws)
+        if isinstance(raw, Closed):
+            if raw.reason:
+                await self._reject(client, raw.reason)
+            return True
+        if isinstance(raw, str):
+            await self._count("rejected:bad_frame")
+            return True
         try:
-            body = check_signed(msg)
+            kind, data = client.session.channel.open(raw)
+        except LinkBroken:  # not from the authenticated client: drop the connection
+            await self._count("rejected:bad_frame")
+            return True
+        if kind == KIND_SEALED:
+            reason = self._check(client, data)
+            if reason:
+                return await self._reject(client, reason)
+            await self._forward(client, data)
+            return False
+        if kind != KIND_MESSAGE:
+            return await self._reject(client, "unknown_type")
+        try:
+            msg = parse_message(data)
         except ProtocolError as e:
-            return e.reason
-        if body["room"] != client.room:
-            return "wrong_room"
-        if abs(time.time() - float(body["sent_at"])) > self.limits.window_s:
-            return "expired"
-        if body["id"] in self.seen:
+            return await self._reject(client, e.reason)
+        if isinstance(msg, Bye):
+            return True
+        return await self._reject(client, "unexpected_message")
+
+    def _check(self, client: _Client, sealed: bytes) -> str | None:
+        digest = hashlib.sha256(sealed).digest()
+        if digest in self.seen:
             return "replay"
-        now, size = time.monotonic(), len(msg.body)
+        now, size = time.monotonic(), len(sealed)
         sent = client.sent
         while sent and sent[0][0] < now - 60.0:
             sent.popleft()
@@ -215,34 +225,23 @@ class Relay:
         ):
             return "rate_limited"
         sent.append((now, size))
-        self.seen[body["id"]] = None
+        self.seen[digest] = None
         while len(self.seen) > 100_000:
             self.seen.popitem(last=False)
         return None
 
-    async def _forward(self, client: _Client, msg: Rollouts) -> None:
-        data = dump_message(
-            {
-                "type": "rollouts",
-                "sender": msg.sender,
-                "public_key": msg.public_key.hex(),
-                "body": msg.body,
-                "signature": msg.signature.hex(),
-                "mac": msg.mac.hex(),
-            }
-        )
+    async def _forward(self, client: _Client, sealed: bytes) -> None:
         for other in self.rooms.get(client.room, {}).values():
             if other is not client:
                 before = other.outbox.dropped
-                other.outbox.put(data)
+                other.outbox.put(KIND_SEALED, sealed)
                 self.counters["dropped"] += other.outbox.dropped - before
                 self.counters["forwarded"] += 1
-        async with self.changed:
-            self.changed.notify_all()
+        await self._notify()
 
     async def _reject(self, client: _Client, reason: str) -> bool:
         """Count; True when the client passed the rejection threshold and is disconnected."""
-        await self._count(f"rejected:{reason}")
+        await self._count(f"rejected:{known_reason(reason)}")
         client.reasons[reason] += 1
         now = time.monotonic()
         client.rejected.append(now)
@@ -251,7 +250,12 @@ class Relay:
         if len(client.rejected) >= self.limits.reject_threshold:
             await self._count("disconnected")
             if not client.ws.closed:
-                await client.ws.send_bytes(make_bye("muted", "too many rejected messages."))
+                try:
+                    await client.session.channel.send(
+                        KIND_MESSAGE, make_bye("muted", "too many rejected messages.")
+                    )
+                except (ConnectionError, RuntimeError):
+                    pass
             return True
         return False
 
@@ -259,4 +263,18 @@ class Relay:
 def run_relay(host: str, port: int, limits: RelayLimits | None = None) -> None:
     relay = Relay(limits)
     print(f"sapo-edge relay on ws://{host}:{port}/ws (GET /healthz, /stats)")
-    web.run_app(relay.make_app(), host=host, port=port, print=None)
+
+    async def main() -> None:
+        quiet_accept_errors()
+        runner = web.AppRunner(relay.make_app(), access_log=None)
+        await runner.setup()
+        await relay.site(runner, host, port).start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -20,6 +21,7 @@ from textual.widgets import Footer, RichLog
 
 from ..config import Config
 from ..control import RunControl
+from ..textsafe import clean
 from .bridge import TuiCallback
 from .messages import (
     LogLine,
@@ -153,11 +155,11 @@ class SapoDashboard(App[str]):
         self.query_one(RolloutFeed).add(m.rollouts)
 
     def on_log_line(self, m: LogLine) -> None:
-        self.query_one(RichLog).write(m.text)
+        self.query_one(RichLog).write(Text(clean(m.text, keep_newlines=True)))
         self.query_one(RoundProgress).setup_text(m.text)
         body = m.text.split(": ", 1)[-1] if m.text.startswith(self.cfg.name) else m.text
         if body.startswith(NOTIFY_PREFIXES):
-            self.notify(body, timeout=6)
+            self.notify(clean(body, 300), timeout=6, markup=False)
         if body.startswith("settings applied"):
             self.query_one(NodeHeader).set_samples(
                 self.settings["local_samples"], self.settings["external_samples"]
@@ -170,15 +172,16 @@ class SapoDashboard(App[str]):
         if pieces:
             self.query_one(RoundProgress).setup_text(pieces[-1])
         if event.text.endswith("\n") and "\r" not in event.text and pieces:
-            self.query_one(RichLog).write("\n".join(pieces))
+            self.query_one(RichLog).write(Text(clean("\n".join(pieces), keep_newlines=True)))
 
     def on_problem(self, m: Problem) -> None:
         self.query_one(ProblemBanner).show(m)
         if m.detail:
-            self.query_one(RichLog).write(m.detail)
+            self.query_one(RichLog).write(Text(clean(m.detail, keep_newlines=True)))
         if m.fatal:
             self.query_one(NodeHeader).set_state("stopped")
-            self.query_one(RoundProgress).set_text(f"[b red]stopped[/] · {m.title}")
+            stopped = Text.assemble(("stopped", "bold red"), " · " + clean(m.title, 200))
+            self.query_one(RoundProgress).set_text(stopped)
 
     def on_parked(self, m: Parked) -> None:
         self.query_one(NodeHeader).set_state("paused" if m.parked else "running")
@@ -188,7 +191,10 @@ class SapoDashboard(App[str]):
         if m.outcome != "failed":
             self.query_one(NodeHeader).set_state(m.outcome)
             self.query_one(RoundProgress).set_text(
-                f"[b]{m.outcome}[/] after {self.rounds_done} rounds · checkpoint saved · q quits"
+                Text.assemble(
+                    (m.outcome, "bold"),
+                    f" after {self.rounds_done} rounds · checkpoint saved · q quits",
+                )
             )
         if self.quitting:
             self.exit(m.outcome)

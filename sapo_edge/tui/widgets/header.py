@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from rich.text import Text
 from textual.widgets import Static
 
+from ...textsafe import clean
 from ..messages import NodeStarted
 
 
@@ -38,13 +40,19 @@ class NodeHeader(Static):
 
     def _render_text(self) -> None:
         i = self.info
+        # every value is shown as plain text (Text, never markup): names and models can come
+        # from anywhere, and "[/]" in one must not end the dashboard
         if i is None:
-            self.update(f"[b]sapo-edge[/b] · {self.state}")
+            self.update(Text.assemble(("sapo-edge", "bold"), f" · {clean(self.state)}"))
             return
-        room = i.room or "no room"
+        room = clean(i.room or "no room", 64)
         self.update(
-            f"[b]{i.name}[/b] ({i.node_id}) · {room} · {i.transport} · [b]{self.state}[/b]\n"
-            f"{i.backend} on {i.device} · {i.dtype} · {i.model} · "
-            f"{i.lora_parameters:,} LoRA params · I={i.local_samples} J={i.external_samples} · "
-            f"mem {self.memory_mb:,.0f} MB"
+            Text.assemble(
+                (clean(i.name, 64), "bold"),
+                f" ({clean(i.node_id, 40)}) · {room} · {clean(i.transport, 120)} · ",
+                (clean(self.state, 40), "bold"),
+                f"\n{clean(i.backend, 40)} on {clean(i.device, 40)} · {clean(i.dtype, 20)} · "
+                f"{clean(i.model, 120)} · {i.lora_parameters:,} LoRA params · "
+                f"I={i.local_samples} J={i.external_samples} · mem {self.memory_mb:,.0f} MB",
+            )
         )

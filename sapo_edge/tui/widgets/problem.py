@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import Static
 
+from ...textsafe import clean
 from ..messages import Problem
 
 
@@ -19,7 +21,12 @@ class ProblemBanner(Static):
         self.problem = p
         self.set_class(p.fatal, "fatal")
         kind = "error" if p.fatal else "warning"
-        self.update(f"[b]{kind}: {p.title}[/b]\n{p.remedy}")
+        self.update(
+            Text.assemble(
+                (f"{kind}: {clean(p.title, 200)}", "bold"),
+                "\n" + clean(p.remedy, 2000, keep_newlines=True),
+            )
+        )
         self.display = True
 
     def hide(self) -> None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import DataTable
 
+from ...textsafe import clean
 from ..messages import Rollout
 
 KEEP = 40
 
 
-def one_line(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+def one_line(text: str, width: int) -> Text:
+    """A completion, question or peer name as one line of plain text (never markup)."""
+    flat = " ".join(clean(text).split())
+    return Text(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
 class RolloutFeed(DataTable):
@@ -34,8 +37,8 @@ class RolloutFeed(DataTable):
             self.add_row(
                 str(r.round),
                 one_line(r.origin, 18),
-                f"[{colour}]{r.reward:.2f}[/]",
-                "[b yellow]Aha![/]" if r.aha else "",
+                Text(f"{r.reward:.2f}", style=colour),
+                Text("Aha!", style="bold yellow") if r.aha else "",
                 one_line(r.question, 38),
                 one_line(r.completion, 44),
             )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 
+from ...textsafe import clean
 from ...trainer import PHASES
 from ..messages import PhaseStarted, RoundDone
 
@@ -29,13 +31,16 @@ class RoundProgress(Vertical):
     def setup_text(self, text: str) -> None:
         """First run: what model loading / download / GGUF conversion is doing now."""
         if self.phase is None:
-            self.query_one("#phase", Static).update(f"[b]starting[/b] · {text[-160:]}")
+            line = Text.assemble(("starting", "bold"), " · " + clean(text)[-160:])
+            self.query_one("#phase", Static).update(line)
 
     def start_phase(self, p: PhaseStarted) -> None:
         self.phase = p
         step = PHASES.index(p.phase) if p.phase in PHASES else 0
         total = f"/{self.rounds_total - 1}" if self.rounds_total else ""
-        self.query_one("#phase", Static).update(f"round [b]{p.round}[/b]{total} · [b]{p.phase}[/b]")
+        self.query_one("#phase", Static).update(
+            Text.assemble("round ", (str(p.round), "bold"), f"{total} · ", (clean(p.phase), "bold"))
+        )
         self.query_one(ProgressBar).update(total=len(PHASES) - 1, progress=step)
         if p.expected_seconds is None:
             eta = "ETA: after the first round"
@@ -52,5 +57,8 @@ class RoundProgress(Vertical):
             f"received {r.received} · pool {r.pool_size} · loss {r.loss:+.4f}"
         )
 
-    def set_text(self, text: str) -> None:
-        self.query_one("#phase", Static).update(text)
+    def set_text(self, text: str | Text) -> None:
+        """A str is shown as plain text (cleaned); pass a Text for styling."""
+        self.query_one("#phase", Static).update(
+            text if isinstance(text, Text) else Text(clean(text))
+        )

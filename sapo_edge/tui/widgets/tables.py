@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 
+from rich.text import Text
 from textual.widgets import DataTable
 
 from ...swarm.peers import PeerInfo
+from ...textsafe import clean
 
 SPAN = 5  # rounds in "first" and "recent"
 
@@ -28,8 +30,9 @@ class DomainTable(DataTable):
             first, recent = statistics.fmean(rs[:SPAN]), statistics.fmean(rs[-SPAN:])
             change = recent - first
             colour = "green" if change > 0 else "red" if change < 0 else "dim"
-            name = d if len(d) <= 16 else d[:15] + "…"
-            self.add_row(name, f"{first:.2f}", f"{recent:.2f}", f"[{colour}]{change:+.2f}[/]")
+            self.add_row(
+                _cut(d, 16), f"{first:.2f}", f"{recent:.2f}", Text(f"{change:+.2f}", style=colour)
+            )
 
 
 def ago(seconds: float | None) -> str:
@@ -55,7 +58,7 @@ class PeersTable(DataTable):
             self.add_row(
                 _cut(p.name or p.node_id, 12),
                 _cut(f"{model} · {p.backend or '?'}", 26),
-                p.connection,
+                _cut(p.connection, 12),
                 ago(None if p.last_seen is None else now - p.last_seen),
                 f"{p.received}/{p.accepted}/{p.rejected}",
                 _cut(p.top_rejection or "-", 16),
@@ -64,5 +67,6 @@ class PeersTable(DataTable):
             self.add_row("none yet", "", "", "", "", "")
 
 
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _cut(text: str, width: int) -> Text:
+    """Peer-supplied text as one plain line (control characters gone, markup literal)."""
+    return Text(clean(text, width))

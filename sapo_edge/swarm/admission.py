@@ -1,0 +1,313 @@
+"""Joining a room with a short code people can type ('7-guitarist-revenge'), as magic-wormhole
+does: a member that admits runs SPAKE2 with the newcomer, the code being the password, and hands
+over the room's credential encrypted under the SPAKE2 key. Neither an eavesdropper nor a wrong
+guesser gets anything to test guesses against offline: each guess is one online attempt, the
+admitting side counts failed attempts per code and retires the code after a few, and codes expire.
+
+API (the `host` / `join CODE` commands build on it):
+    admissions = Admissions(Grant(room="lab", secret=room_key_code))
+    code = admissions.new_code()                       # show it to the class
+    NetworkTransport(..., admissions=admissions)       # serves GET /admit (websocket)
+    grant = join_room("10.0.0.5:7744", code)           # on the newcomer's laptop
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from spake2 import SPAKE2_A, SPAKE2_B
+
+from sapo_edge.safejson import dumps_canonical
+
+from .peer import Closed, read_raw
+from .protocol import (
+    MAX_HANDSHAKE_BYTES,
+    PROTOCOL_VERSION,
+    Bye,
+    ProtocolError,
+    check_fields,
+    known_reason,
+    load,
+    make_bye,
+    parse_message,
+)
+from .words import WORDS
+
+ID_JOINER, ID_MEMBER = b"sapo-edge/2 joiner", b"sapo-edge/2 member"
+_SPECS = {
+    "admit": {
+        "type": ("str", 16),
+        "version": ("int", 0),
+        "nameplate": ("str", 4),
+        "pake": ("str", 200),
+    },
+    "pake": {"type": ("str", 16), "pake": ("str", 200)},
+    "confirm": {"type": ("str", 16), "mac": ("hex", 64)},
+    "welcome": {"type": ("str", 16), "box": ("str", 2400)},
+}
+
+
+class AdmissionError(Exception):
+    """Joining failed; `reason` says why (wrong_code, no_such_code, expired_code, busy, ...)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a newcomer receives: the room's name and credential (and a relay to reach it)."""
+
+    room: str
+    secret: str
+    relay: str = ""
+
+
+@dataclass
+class _Code:
+    code: str
+    expires: float
+    failures: int = 0
+    pending: int = 0
+    admitted: int = 0
+
+
+@dataclass
+class Admissions:
+    """The codes one member accepts, each good until `ttl_s` passes or `max_failures` wrong
+    attempts (exchanges started and not completed count as wrong). Thread-confined to the
+    network loop, except new_code()/revoke() (a lock is not needed: dict updates are atomic)."""
+
+    grant: Grant
+    ttl_s: float = 600.0
+    max_failures: int = 5
+    clock: Callable[[], float] = time.monotonic
+    codes: dict[str, _Code] = field(default_factory=dict)  # nameplate -> code
+    log: Callable[[str], None] = lambda _m: None
+
+    def new_code(self, ttl_s: float | None = None) -> str:
+        """A fresh code 'N-word-word' (16 bits of words behind a nameplate number)."""
+        self._expire()
+        taken = set(self.codes)
+        nameplate = next(str(n) for n in range(1, 1000) if str(n) not in taken)
+        words = "-".join(secrets.choice(WORDS) for _ in range(2))
+        code = f"{nameplate}-{words}"
+        self.codes[nameplate] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
+        return code
+
+    def revoke(self, code: str) -> None:
+        self.codes.pop(normalise(code).split("-", 1)[0], None)
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for n in [n for n, c in self.codes.items() if c.expires < now]:
+            del self.codes[n]
+
+    def begin(self, nameplate: str) -> _Code:
+        """Reserve one attempt at this code, or AdmissionError."""
+        self._expire()
+        c = self.codes.get(nameplate)
+        if c is None:
+            raise AdmissionError("no_such_code", "no such code here (expired, or mistyped number).")
+        if c.failures + c.pending >= self.max_failures:
+            raise AdmissionError("busy", "this code is busy; try again in a moment.")
+        c.pending += 1
+        return c
+
+    def end(self, c: _Code, ok: bool) -> None:
+        c.pending -= 1
+        if ok:
+            c.admitted += 1
+            return
+        c.failures += 1
+        if c.failures >= self.max_failures:
+            self.codes.pop(c.code.split("-", 1)[0], None)
+            self.log(
+                f"admission code {c.code.split('-', 1)[0]}-... retired after {c.failures} wrong attempts"
+            )
+
+
+def normalise(code: str) -> str:
+    return "-".join(code.strip().lower().replace(" ", "-").split("-")).strip("-")
+
+
+def _password(code: str) -> bytes:
+    return b"sapo-edge/2 admission code\0" + normalise(code).encode("utf-8")
+
+
+def _confirm(key: bytes) -> bytes:
+    return hmac.new(key, b"sapo-edge/2 admit joiner confirms", hashlib.sha256).digest()
+
+
+def _box_key(key: bytes) -> bytes:
+    return HKDF(hashes.SHA256(), 32, None, b"sapo-edge/2 admit box").derive(key)
+
+
+def _msg(kind: str, **fields: Any) -> bytes:
+    return dumps_canonical({"type": kind, **fields}).encode("utf-8")
+
+
+async def _read(ws, kind: str) -> dict[str, Any]:
+    raw = await read_raw(ws)
+    if isinstance(raw, Closed):
+        raise AdmissionError(raw.reason or "closed", "the other side hung up.")
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > MAX_HANDSHAKE_BYTES:
+        raise AdmissionError("too_large", "an admission message over 4 KiB.")
+    obj = load(data, MAX_HANDSHAKE_BYTES)
+    if isinstance(obj, dict) and obj.get("type") == "bye":
+        bye = parse_message(data, MAX_HANDSHAKE_BYTES)
+        assert isinstance(bye, Bye)
+        raise AdmissionError(bye.reason, bye.message)
+    if not isinstance(obj, dict) or obj.get("type") != kind:
+        raise AdmissionError("unexpected_message", f"expected {kind}.")
+    return check_fields(obj, _SPECS[kind], kind)
+
+
+# --- the admitting side -------------------------------------------------------------------------
+
+
+def serve_admission(
+    admissions: Admissions,
+    log: Callable[[str], None],
+    notify: Callable[[], None] = lambda: None,
+):
+    """An aiohttp handler for GET /admit (a websocket), for NetworkTransport's app; `notify` is
+    called after every attempt (whatever its outcome)."""
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(max_msg_size=MAX_HANDSHAKE_BYTES, compress=False, timeout=2.0)
+        await ws.prepare(request)
+        try:
+            async with asyncio.timeout(10.0):
+                await admit(ws, admissions)
+            log(f"admitted a newcomer from {request.remote} into room {admissions.grant.room!r}")
+        except (AdmissionError, ProtocolError) as e:
+            if not ws.closed:
+                try:
+                    await ws.send_bytes(make_bye(e.reason, str(e)))
+                except (ConnectionError, RuntimeError):
+                    pass
+        except (TimeoutError, ConnectionError, RuntimeError):
+            pass
+        await ws.close()
+        notify()
+        return ws
+
+    return handler
+
+
+async def admit(ws, admissions: Admissions) -> None:
+    """One exchange with a newcomer; raises AdmissionError/ProtocolError when it fails."""
+    first = await _read(ws, "admit")
+    if first["version"] != PROTOCOL_VERSION:
+        raise AdmissionError("unknown_version", "upgrade sapo-edge on one side.")
+    c = admissions.begin(first["nameplate"])
+    ok = False
+    try:
+        member = SPAKE2_B(_password(c.code), idA=ID_JOINER, idB=ID_MEMBER)
+        out = member.start()
+        try:
+            key = member.finish(bytes.fromhex(first["pake"]))
+        except ValueError:
+            raise AdmissionError("bad_value", "the SPAKE2 message is not usable.") from None
+        await ws.send_bytes(_msg("pake", pake=out.hex()))
+        confirm = await _read(ws, "confirm")
+        if not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
+            raise AdmissionError("wrong_code", "wrong code.")
+        grant = admissions.grant
+        plain = dumps_canonical({"room": grant.room, "secret": grant.secret, "relay": grant.relay})
+        nonce = os.urandom(12)
+        box = nonce + ChaCha20Poly1305(_box_key(key)).encrypt(nonce, plain.encode(), b"welcome")
+        await ws.send_bytes(_msg("welcome", box=box.hex()))
+        ok = True
+    finally:
+        admissions.end(c, ok)
+
+
+# --- the joining side ---------------------------------------------------------------------------
+
+
+async def join(address: str, code: str, *, timeout: float = 15.0) -> Grant:
+    """Ask the member at `address` (HOST:PORT or ws://...) for the room behind `code`; a busy
+    code (others joining at the same moment) is retried until `timeout`."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                return await _join_once(address, code)
+            except AdmissionError as e:
+                if e.reason != "busy":
+                    raise
+            await asyncio.sleep(0.1 + secrets.randbelow(300) / 1000)
+
+
+async def _join_once(address: str, code: str) -> Grant:
+    code = normalise(code)
+    nameplate = code.split("-", 1)[0]
+    if not nameplate.isdigit() or code.count("-") < 2:
+        raise AdmissionError("wrong_code", "a code looks like 7-guitarist-revenge.")
+    url = address if "://" in address else f"ws://{address}"
+    url = url.rstrip("/").removesuffix("/ws").removesuffix("/admit") + "/admit"
+    async with aiohttp.ClientSession() as session:
+        try:
+            ws = await session.ws_connect(url, max_msg_size=MAX_HANDSHAKE_BYTES, compress=0)
+        except aiohttp.ServerDisconnectedError:  # its connection limits: many joining at once
+            raise AdmissionError("busy", "the member is busy; trying again.") from None
+        except (aiohttp.ClientError, OSError) as e:
+            raise AdmissionError("refused", f"cannot reach {address}: {e}") from None
+        try:
+            joiner = SPAKE2_A(_password(code), idA=ID_JOINER, idB=ID_MEMBER)
+            await ws.send_bytes(
+                _msg(
+                    "admit",
+                    version=PROTOCOL_VERSION,
+                    nameplate=nameplate,
+                    pake=joiner.start().hex(),
+                )
+            )
+            reply = await _read(ws, "pake")
+            try:
+                key = joiner.finish(bytes.fromhex(reply["pake"]))
+            except ValueError:
+                raise AdmissionError(
+                    "bad_value", "the member's SPAKE2 message is not usable."
+                ) from None
+            await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex()))
+            box_hex = (await _read(ws, "welcome"))["box"]
+            try:
+                box = bytes.fromhex(box_hex)
+                plain = ChaCha20Poly1305(_box_key(key)).decrypt(box[:12], box[12:], b"welcome")
+            except (InvalidTag, ValueError):
+                raise AdmissionError(
+                    "wrong_code", "the welcome does not open: wrong code."
+                ) from None
+            d = check_fields(
+                load(plain, MAX_HANDSHAKE_BYTES),
+                {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)},
+                "welcome",
+            )
+            return Grant(d["room"], d["secret"], d["relay"])
+        except ProtocolError as e:
+            raise AdmissionError(known_reason(e.reason), str(e)) from None
+        finally:
+            await ws.close()
+
+
+def join_room(address: str, code: str, *, timeout: float = 15.0) -> Grant:
+    """join() for code that is not async (the CLI)."""
+    return asyncio.run(join(address, code, timeout=timeout))

@@ -1,0 +1,241 @@
+"""Rollout batches on the wire: signed by their producer (Ed25519 over the exact body bytes),
+then sealed for the room (ChaCha20-Poly1305 under the room's batch key), so a relay routes
+ciphertext and an outsider can neither read nor inject. RolloutVerifier checks what arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+from sapo_edge.rollout import DEFAULT_LIMITS, Limits, RolloutError, decode_batch
+from sapo_edge.safejson import dumps_canonical
+
+from .identity import Identity, node_id_for_key, verify
+from .protocol import (
+    MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    Rollouts,
+    check_fields,
+    dump_message,
+    load,
+    parse_message,
+)
+from .roomkey import RoomKeys
+
+SEAL_OVERHEAD = 12 + 16  # nonce + tag
+MAX_SEALED_BYTES = MAX_MESSAGE_BYTES + SEAL_OVERHEAD
+_BODY = {
+    "v": ("int", 0),
+    "id": ("hex", 32),
+    "sender": ("hex", 32),
+    "room": ("hex", 32),
+    "round": ("int", 0),
+    "sent_at": ("float", 0),
+    "batch": ("str", MAX_MESSAGE_BYTES),
+}
+
+
+class BatchRejected(ProtocolError):
+    """A refused batch; `signer` is the node id to blame when only the signer can have caused it
+    (it signed this content), else None: the route that delivered it is charged instead (a relay
+    can replay, delay or corrupt, but never sign)."""
+
+    def __init__(self, reason: str, message: str, signer: str | None = None) -> None:
+        super().__init__(reason, message)
+        self.signer = signer
+
+
+def _aad(keys: RoomKeys) -> bytes:
+    return b"sapo-edge/2 batch\0" + keys.lan_id.encode("ascii")
+
+
+def seal(keys: RoomKeys, envelope: bytes) -> bytes:
+    nonce = os.urandom(12)
+    return nonce + ChaCha20Poly1305(keys.batch_key).encrypt(nonce, envelope, _aad(keys))
+
+
+def unseal(keys: RoomKeys, sealed: bytes) -> bytes:
+    """The signed envelope inside a sealed box; ProtocolError('wrong_secret') when it does not
+    open (made without this room's key, or altered on the way)."""
+    if len(sealed) > MAX_SEALED_BYTES:
+        raise ProtocolError("too_large", "a sealed batch is over the 1 MiB limit.")
+    if len(sealed) < SEAL_OVERHEAD:
+        raise ProtocolError("bad_frame", "a sealed batch is too short to hold anything.")
+    try:
+        return ChaCha20Poly1305(keys.batch_key).decrypt(sealed[:12], sealed[12:], _aad(keys))
+    except InvalidTag:
+        raise ProtocolError("wrong_secret", "a batch does not open with this room's key.") from None
+
+
+def make_rollouts(
+    ident: Identity,
+    keys: RoomKeys,
+    batch: bytes,
+    round_: int,
+    *,
+    batch_id: str | None = None,
+    sent_at: float | None = None,
+) -> tuple[bytes, str]:
+    """Sign an encoded rollout batch for the room; returns (envelope bytes, batch id)."""
+    batch_id = batch_id or os.urandom(16).hex()
+    body = dumps_canonical(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": batch_id,
+            "sender": ident.node_id,
+            "room": keys.lan_id,
+            "round": round_,
+            "sent_at": time.time() if sent_at is None else sent_at,
+            "batch": batch.decode("utf-8"),
+        }
+    )
+    raw = body.encode("utf-8")
+    msg = dump_message(
+        {
+            "type": "rollouts",
+            "sender": ident.node_id,
+            "public_key": ident.public_key.hex(),
+            "body": body,
+            "signature": ident.sign(raw).hex(),
+        }
+    )
+    return msg, batch_id
+
+
+def check_signature(msg: Rollouts) -> bytes:
+    """The exact body bytes, once the sender's identity and signature over them check out."""
+    if node_id_for_key(msg.public_key) != msg.sender:
+        raise ProtocolError("bad_identity", "rollouts.sender is not the hash of its public key.")
+    raw = msg.body.encode("utf-8", "surrogatepass")
+    if not verify(msg.public_key, msg.signature, raw):
+        raise ProtocolError("bad_signature", "the rollout batch's signature does not verify.")
+    return raw
+
+
+def check_signed(msg: Rollouts) -> dict[str, Any]:
+    """Identity + signature on the exact body bytes first, then the body's schema."""
+    return parse_body(msg, check_signature(msg))
+
+
+def parse_body(msg: Rollouts, raw: bytes) -> dict[str, Any]:
+    body = check_fields(load(raw, MAX_MESSAGE_BYTES), _BODY, "rollouts body")
+    if body["v"] != PROTOCOL_VERSION:
+        raise ProtocolError(
+            "unknown_version",
+            f"rollouts body has version {body['v']}; expected {PROTOCOL_VERSION}.",
+        )
+    if body["sender"] != msg.sender:
+        raise ProtocolError("bad_identity", "the signed body names another sender.")
+    return body
+
+
+@dataclass(frozen=True)
+class VerifiedBatch:
+    batch_id: str
+    sender: str
+    round: int
+    payload: bytes  # the encoded rollout batch, for the inbox
+    groups: int
+
+
+class RolloutVerifier:
+    """Opens and checks sealed batches for one room: seal, signature, room, replay, staleness,
+    producers. Thread-confined (the network loop).
+
+    `seen` is keyed by (sender, batch id) and remembers the route a batch first came by, so the
+    same batch by a second route (relay and LAN) is a duplicate, and nobody can burn another
+    sender's batch id by sending first.
+    """
+
+    def __init__(
+        self,
+        keys: RoomKeys,
+        *,
+        window_s: float = 300.0,
+        stale_rounds: int = 10,
+        limits: Limits = DEFAULT_LIMITS,
+        max_seen: int = 100_000,
+    ) -> None:
+        self.keys, self.window_s = keys, window_s
+        self.stale_rounds, self.limits, self.max_seen = stale_rounds, limits, max_seen
+        self.seen: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.last_round: OrderedDict[str, int] = OrderedDict()  # sender -> highest round
+
+    def open(self, sealed: bytes) -> Rollouts:
+        """Unseal and parse the envelope (the signature is checked by verify())."""
+        msg = parse_message(unseal(self.keys, sealed))
+        if not isinstance(msg, Rollouts):
+            raise ProtocolError("unexpected_message", "a sealed box must hold a rollouts batch.")
+        return msg
+
+    def remember(self, sender: str, batch_id: str, route: str) -> None:
+        self.seen[(sender, batch_id)] = route
+        while len(self.seen) > self.max_seen:
+            self.seen.popitem(last=False)
+
+    def verify(
+        self,
+        msg: Rollouts,
+        route: str,
+        now: float | None = None,
+        admit: Callable[[str], bool] | None = None,
+    ) -> VerifiedBatch | None:
+        """A VerifiedBatch, None for a duplicate by another route, or BatchRejected.
+
+        admit(sender) is asked once a batch is known to be new and validly signed, before the
+        costly decoding: False refuses it as rate_limited (the sender's own doing)."""
+        try:
+            raw = check_signature(msg)
+        except ProtocolError as e:
+            raise BatchRejected(e.reason, str(e)) from None
+        try:  # signed content: from here on, what is wrong with it is the signer's doing
+            body = parse_body(msg, raw)
+        except ProtocolError as e:
+            raise BatchRejected(e.reason, str(e), msg.sender) from None
+        if body["room"] != self.keys.lan_id:
+            raise BatchRejected("wrong_room", "the batch was made for another room.", msg.sender)
+        first = self.seen.get((msg.sender, body["id"]))
+        if first is not None:
+            if first == route:
+                raise BatchRejected("replay", "this batch was already received by this route.")
+            return None
+        now = time.time() if now is None else now
+        if abs(now - float(body["sent_at"])) > self.window_s:
+            raise BatchRejected(
+                "expired", f"the batch was sent over {self.window_s:.0f} s from now (clock skew?)."
+            )
+        last = self.last_round.get(msg.sender)
+        if last is not None and body["round"] < last - self.stale_rounds:
+            raise BatchRejected(
+                "stale_round", f"round {body['round']} is far behind the sender's round {last}."
+            )
+        if admit is not None and not admit(msg.sender):
+            raise BatchRejected(
+                "rate_limited", "the sender is over its batches per minute.", msg.sender
+            )
+        payload = body["batch"].encode("utf-8")
+        try:
+            groups = decode_batch(payload, self.limits)
+        except RolloutError as e:
+            raise BatchRejected(e.reason, str(e), msg.sender) from None
+        if any(g.producer != msg.sender for g in groups):
+            raise BatchRejected(
+                "wrong_producer",
+                "every group in a signed batch must name its signer as producer.",
+                msg.sender,
+            )
+        self.remember(msg.sender, body["id"], route)
+        self.last_round[msg.sender] = max(body["round"], last or 0)
+        self.last_round.move_to_end(msg.sender)
+        while len(self.last_round) > 10_000:
+            self.last_round.popitem(last=False)
+        return VerifiedBatch(body["id"], msg.sender, body["round"], payload, len(groups))

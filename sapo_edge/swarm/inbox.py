@@ -1,0 +1,53 @@
+"""The network's inbox of verified batches, waiting for the trainer: bounded by count and by
+bytes, and fair when full: the oldest batch of whichever sender holds the most bytes goes first,
+so a flood from many throwaway identities cannot push an honest peer's batch out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+
+class FairInbox:
+    """Not thread-safe: the network transport guards it with its lock."""
+
+    def __init__(self, max_items: int = 1024, max_bytes: int = 64 << 20) -> None:
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.items: deque[tuple[str, bytes]] = deque()
+        self.bytes = 0
+        self.by_sender: Counter = Counter()  # sender -> bytes held
+        self.dropped = 0
+
+    def put(self, sender: str, payload: bytes) -> int:
+        """Add one batch; returns how many batches were evicted to make room."""
+        self.items.append((sender, payload))
+        self.bytes += len(payload)
+        self.by_sender[sender] += len(payload)
+        evicted = 0
+        while len(self.items) > 1 and (
+            len(self.items) > self.max_items or self.bytes > self.max_bytes
+        ):
+            self._evict_from(max(self.by_sender, key=lambda s: (self.by_sender[s], s)))
+            evicted += 1
+        self.dropped += evicted
+        return evicted
+
+    def _evict_from(self, sender: str) -> None:
+        for i, (s, payload) in enumerate(self.items):
+            if s == sender:
+                del self.items[i]
+                self.bytes -= len(payload)
+                self.by_sender[s] -= len(payload)
+                if self.by_sender[s] <= 0:
+                    del self.by_sender[s]
+                return
+
+    def drain(self) -> list[tuple[str, bytes]]:
+        items = list(self.items)
+        self.items.clear()
+        self.bytes = 0
+        self.by_sender.clear()
+        return items
+
+    def __len__(self) -> int:
+        return len(self.items)

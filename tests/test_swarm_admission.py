@@ -1,0 +1,126 @@
+"""Joining a room by short code over SPAKE2, on loopback: the right code gets the room key (and
+the newcomer then joins the room), a wrong one gets nothing it can test offline and costs one of
+a few attempts, after which the code is retired; codes expire; many people joining at once with
+one code all get in."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from sapo_edge.swarm.admission import AdmissionError, Admissions, Grant, join, join_room
+from sapo_edge.swarm.peer import Closed, read_raw
+from sapo_edge.swarm.roomkey import new_room_key, room_keys
+from sapo_edge.swarm.words import WORDS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def host(nodes):
+    key = new_room_key()
+    clock = Clock()
+    adm = Admissions(Grant("lab", key, relay=""), max_failures=3, clock=clock)
+    node = nodes(room="lab", secret=key, admissions=adm)
+    return node, adm, key, clock
+
+
+def addr(node) -> str:
+    return f"127.0.0.1:{node.port}"
+
+
+def test_the_right_code_hands_over_the_room_and_the_newcomer_joins(host, nodes) -> None:
+    node, adm, key, _ = host
+    code = adm.new_code()
+    n, w1, w2 = code.split("-")
+    assert n.isdigit() and w1 in WORDS and w2 in WORDS
+    grant = join_room(addr(node), code.upper().replace("-", " "))  # typed loosely
+    assert grant == Grant("lab", key, "")
+    newcomer = nodes(room=grant.room, secret=grant.secret, peers=[addr(node)])
+    assert newcomer.wait_for(lambda: node.ident.node_id in newcomer.connected(), 5)
+    assert room_keys(grant.room, grant.secret).lan_id == node.keys.lan_id
+    assert adm.codes[n].admitted == 1 and adm.codes[n].failures == 0
+
+
+def test_wrong_guesses_cost_one_attempt_each_and_retire_the_code(host) -> None:
+    node, adm, _, _ = host
+    code = adm.new_code()
+    n = code.split("-")[0]
+    wrong = f"{n}-acorn-zinnia" if code != f"{n}-acorn-zinnia" else f"{n}-zinnia-acorn"
+    for i in range(3):
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), wrong)
+        assert e.value.reason == "wrong_code"
+        assert adm.codes.get(n) is None or adm.codes[n].failures == i + 1
+    with pytest.raises(AdmissionError) as e:  # retired: even the right code is refused now
+        join_room(addr(node), code)
+    assert e.value.reason == "no_such_code"
+
+
+def test_a_guesser_gets_nothing_to_test_offline(host) -> None:
+    """What a wrong guesser receives is one SPAKE2 message and a refusal: no MAC, no hash, no
+    ciphertext under the code. Walking away after the SPAKE2 reply also costs an attempt."""
+    node, adm, _, _ = host
+    code = adm.new_code()
+    n = code.split("-")[0]
+
+    async def walk_away() -> list:
+        got = []
+        async with aiohttp.ClientSession() as s, s.ws_connect(f"ws://{addr(node)}/admit") as ws:
+            from spake2 import SPAKE2_A
+
+            msg = SPAKE2_A(b"guess").start().hex()
+            await ws.send_bytes(
+                json.dumps({"type": "admit", "version": 2, "nameplate": n, "pake": msg}).encode()
+            )
+            got.append(json.loads(await read_raw(ws, timeout=5)))
+        return got
+
+    (reply,) = asyncio.run(walk_away())
+    assert set(reply) == {"type", "pake"} and len(bytes.fromhex(reply["pake"])) == 33
+    assert node.wait_for(lambda: adm.codes[n].failures == 1, 5)  # counted although it left
+
+
+def test_codes_expire_and_unknown_numbers_are_refused(host) -> None:
+    node, adm, _, clock = host
+    code = adm.new_code(ttl_s=60)
+    clock.t = 61
+    with pytest.raises(AdmissionError) as e:
+        join_room(addr(node), code)
+    assert e.value.reason == "no_such_code"
+    with pytest.raises(AdmissionError) as e:
+        join_room(addr(node), "999-acorn-zinnia")
+    assert e.value.reason == "no_such_code"
+
+
+def test_a_class_joining_at_once_with_one_code_all_get_in(host) -> None:
+    node, adm, key, _ = host
+    code = adm.new_code()
+
+    async def many() -> list:
+        return await asyncio.gather(*(join(addr(node), code, timeout=20) for _ in range(12)))
+
+    grants = asyncio.run(many())
+    assert all(g.secret == key for g in grants)
+    assert adm.codes[code.split("-")[0]].admitted == 12
+
+
+def test_admission_messages_are_bounded(host) -> None:
+    node, adm, _, _ = host
+    adm.new_code()
+
+    async def big() -> object:
+        async with aiohttp.ClientSession() as s, s.ws_connect(f"ws://{addr(node)}/admit") as ws:
+            await ws.send_bytes(b"{" + b" " * 8000 + b"}")
+            return await read_raw(ws, timeout=5)
+
+    assert isinstance(asyncio.run(big()), Closed)

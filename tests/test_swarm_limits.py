@@ -1,0 +1,295 @@
+"""Limits before work, attacked on loopback: a thousand idle connections (node and relay) while
+an honest peer still joins; a flood of big valid batches from many throwaway identities against
+the byte-bounded inbox and pool; poisoned mDNS adverts (tarpits, a real id at a false address,
+an address answering with another id); the accept-error log storm. Bounded in count and time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+
+import pytest
+from swarm_util import KEYS, RelayThread, batch_for, connect, sealed
+
+from sapo_edge.rollout import RolloutGroup, encode_batch
+from sapo_edge.sampling import ExternalPool
+from sapo_edge.swarm.batches import make_rollouts, seal
+from sapo_edge.swarm.discovery import MAX_RESOLVING, LanDiscovery
+from sapo_edge.swarm.guard import (
+    ACCEPT_LOG_FILTER,
+    GuardLimits,
+    quiet_accept_errors,
+    raise_fd_limit,
+)
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.swarm.links import MAX_LAN_DIALS
+from sapo_edge.tasks import TaskRef
+
+
+def _idle_budget(want: int) -> int:
+    """How many idle sockets this test process can hold (each costs the test one fd, and the
+    listener at most its pending cap more): the full count where the fd limit allows it."""
+    limit = raise_fd_limit(want * 2 + 512)
+    return min(want, max(100, (limit - 400) // 2))
+
+
+def _open_idle(port: int, n: int, accepted, addresses: int = 50) -> list[socket.socket]:
+    """n TCP connections that never send a byte, from 127.0.1.1 .. 127.0.1.<addresses>
+    (Linux routes all of 127/8 to loopback), opened 100 at a time so the listen backlog
+    never overflows (accepted(k) waits until the listener has taken k); skip where binding
+    them is not allowed."""
+    socks = []
+    for i in range(n):
+        if i and i % 100 == 0:
+            assert accepted(i), f"only part of {i} connections reached the listener"
+        s = socket.socket()
+        try:
+            s.bind((f"127.0.1.{i % addresses + 1}", 0))
+        except OSError:
+            s.close()
+            for t in socks:
+                t.close()
+            pytest.skip("cannot bind 127.0.1.x here (only Linux routes all of 127/8)")
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        socks.append(s)
+    assert accepted(n)
+    return socks
+
+
+def test_a_thousand_idle_connections_do_not_keep_an_honest_peer_out(nodes) -> None:
+    n = _idle_budget(1000)
+    logs: list[str] = []
+    a = nodes(log=logs.append)
+    idle = _open_idle(
+        a.port, n, lambda k: a.wait_for(lambda: a.guard.counters["accepted"] >= k, 10)
+    )
+    try:
+        b = nodes(peers=[f"127.0.0.1:{a.port}"])  # the honest peer, from 127.0.0.1
+        assert a.wait_for(lambda: b.ident.node_id in a.connected(), 10), a.guard.counters
+        stats, counted = a.guard.stats(), a.guard.counters
+        assert stats["pending"] <= a.guard.limits.pending_total
+        assert stats["connections"] <= a.guard.limits.pending_total + 1
+        assert counted["evicted"] + counted["refused:pending_per_ip"] >= n // 2, counted
+    finally:
+        for s in idle:
+            s.close()
+    assert len(logs) < 20  # no log line per refused connection
+
+
+def test_a_thousand_idle_connections_do_not_keep_a_node_off_the_relay(nodes) -> None:
+    r = RelayThread()
+    try:
+        n = _idle_budget(1000)
+        idle = _open_idle(
+            r.port, n, lambda k: r.wait_for(lambda: r.relay.guard.counters["accepted"] >= k, 10)
+        )
+        try:
+            a, b = nodes(relay=r.url), nodes(relay=r.url)
+            assert r.wait_for(lambda: r.relay.stats()["nodes"] == 2, 10)
+            a.publish(batch_for(a.ident, 1))
+            assert b.wait_for(lambda: b.counters["delivered"] == 1, 5)
+            assert r.relay.guard.stats()["pending"] <= r.relay.limits.pending_total
+            assert r.relay.guard.counters["evicted"] >= n // 2
+        finally:
+            for s in idle:
+                s.close()
+    finally:
+        r.close()
+
+
+def test_idle_connections_are_cut_at_the_deadline(nodes) -> None:
+    a = nodes(guard=GuardLimits(deadline=0.5))
+    with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
+        s.settimeout(10)
+        assert s.recv(1) == b""  # cut by the guard, without a byte sent
+    assert a.guard.counters["deadline"] == 1
+
+
+def test_accept_errors_are_logged_once_per_interval_not_in_a_storm() -> None:
+    quiet_accept_errors()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("asyncio")
+    h = Keep()
+    logger.addHandler(h)
+    ACCEPT_LOG_FILTER.last = -1e9
+    try:
+        for _ in range(10_000):  # what a retry loop on EMFILE would write in seconds
+            logger.error("socket.accept() out of system resource")
+        logger.error("something else")
+    finally:
+        logger.removeHandler(h)
+    assert seen[0].startswith("socket.accept() out of system resource")
+    assert len(seen) == 2 and seen[1] == "something else"
+
+
+# --- 6. byte-bounded inbox and pool under a flood from many identities ------------------------
+
+
+def _big_group(producer: str, index: int, chars: int = 380_000) -> RolloutGroup:
+    return RolloutGroup(
+        task_ref=TaskRef.make("basic_arithmetic", {"min_terms": 2}, seed=7, index=index),
+        question=f"What is {index} + 3?",
+        reference_answer=str(index + 3),
+        completions=tuple("x" * 15_000 for _ in range(chars // 15_000)),
+        rewards=tuple(0.0 for _ in range(chars // 15_000)),
+        producer=producer,
+        model="tiny",
+        round=1,
+        created_at=1_700_000_000.0,
+    )
+
+
+def test_a_flood_of_big_valid_batches_from_many_identities_stays_within_the_inbox(nodes) -> None:
+    inbox_bytes = 4 << 20
+    node = nodes(inbox_bytes=inbox_bytes, max_batches_per_minute=100)
+    honest = Identity.generate()
+    flooders = [Identity.generate() for _ in range(12)]
+
+    async def go() -> None:
+        c = await connect(f"ws://127.0.0.1:{node.port}", honest)
+        await c.send_sealed(sealed(honest))
+        assert await asyncio.to_thread(node.wait_for, lambda: node.counters["delivered"] == 1, 5)
+        for k, f in enumerate(flooders):  # 12 identities x 2 batches x ~380 KB = ~9 MB
+            fc = await connect(f"ws://127.0.0.1:{node.port}", f)
+            for j in range(2):
+                payload = encode_batch([_big_group(f.node_id, 100 * k + j)])
+                env, _ = make_rollouts(f, KEYS, payload, 1)
+                await fc.send_sealed(seal(KEYS, env))
+            await fc.close()
+        await c.close()
+
+    asyncio.run(go())
+    assert node.wait_for(lambda: node.counters["delivered"] == 25, 10), node.counters
+    assert node.inbox.bytes <= inbox_bytes
+    assert node.counters["inbox_dropped"] >= 12  # ~9 MB offered, 4 MB kept
+    got = node.receive()
+    assert (honest.node_id, batch_for(honest)) in got  # the small honest batch survived
+    assert len({s for s, _ in got}) >= 10  # and the room is shared among the senders
+
+
+def test_the_pool_is_bounded_by_text_and_evicts_the_biggest_producer_first() -> None:
+    pool = ExternalPool("me", capacity=2048, max_chars=2_000_000)
+    honest = _big_group("honest", 0, chars=30_000)
+    assert pool.add(honest, 1)
+    for k in range(30):  # 30 throwaway identities, ~380k characters each
+        pool.add(_big_group(f"sybil-{k}", k + 1), 1)
+    held = [e.group for e in pool._pool.values()]
+    assert sum(len(c) for g in held for c in g.completions) <= 2_000_000
+    assert honest in held and pool.stats()["evicted"] >= 25
+
+
+# --- 9. mDNS poisoning ------------------------------------------------------------------------
+
+
+class Tarpit:
+    """Accepts TCP connections and never answers (what a fake advert may point at)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except (TimeoutError, OSError):
+                pass
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join(5)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def _found(node, node_id: str, host: str, port: int) -> None:
+    async def call() -> None:
+        node._on_found(node_id, host, port)
+
+    asyncio.run_coroutine_threadsafe(call(), node._loop).result(5)
+
+
+def test_poisoned_adverts_cost_bounded_dials_and_the_real_address_wins(nodes) -> None:
+    pit = Tarpit()
+    try:
+        a = nodes(handshake_timeout=0.5, reconnect_base=0.05, reconnect_max=0.2)
+        b = nodes()
+        for _ in range(60):  # 60 fake adverts pointing at a tarpit
+            _found(a, Identity.generate().node_id, "127.0.0.1", pit.port)
+        assert len(a._lan_dials) == MAX_LAN_DIALS and a.counters["lan_dials_full"] == 60 - 32
+        # b's real id, first advertised by the attacker at the tarpit, then at b's address
+        _found(a, b.ident.node_id, "127.0.0.1", pit.port)
+        assert a.wait_for(lambda: any(d.failures >= 2 for d in a._lan_dials.values()), 10)
+        _found(a, b.ident.node_id, "127.0.0.1", pit.port)  # (makes room: a fake one failed)
+        _found(a, b.ident.node_id, "127.0.0.1", b.port)
+        assert a.wait_for(lambda: b.ident.node_id in a.connected(), 10), a.counters
+        # an advert naming some id at b's address: b answers with its own id, and is refused
+        c = nodes()
+        fake = Identity.generate().node_id
+        _found(c, fake, "127.0.0.1", b.port)
+        assert c.wait_for(lambda: c.rejections("ip:127.0.0.1")["wrong_node"] >= 1, 10)
+        assert fake not in c.connected() and b.ident.node_id not in c.connected()
+    finally:
+        pit.close()
+
+
+@pytest.mark.asyncio
+async def test_resolves_in_flight_are_capped() -> None:
+    from zeroconf import ServiceStateChange
+
+    disc = LanDiscovery("ab" * 16, "cd" * 16, 1, "m", on_found=lambda *a: None, on_lost=print)
+    hold = asyncio.Event()
+
+    async def slow_resolve(_type: str, _name: str) -> None:
+        await hold.wait()
+
+    disc._resolve = slow_resolve  # type: ignore[method-assign]
+    for i in range(100):
+        disc._on_change(None, "t", f"n{i}", ServiceStateChange.Added)
+    assert len(disc._tasks) == MAX_RESOLVING and disc.ignored["busy"] == 100 - MAX_RESOLVING
+    hold.set()
+    await asyncio.gather(*disc._tasks)
+
+
+def test_an_address_over_its_byte_budget_is_cut_off(nodes) -> None:
+    node = nodes(guard=GuardLimits(ip_bytes_per_minute=1_000_000), max_batches_per_minute=100)
+    me = Identity.generate()
+
+    async def go() -> int:
+        c = await connect(f"ws://127.0.0.1:{node.port}", me)
+        sent = 0
+        try:
+            for k in range(6):  # 6 x ~380 KB from one address, 1 MB allowed per minute
+                env, _ = make_rollouts(me, KEYS, encode_batch([_big_group(me.node_id, k)]), 1)
+                await c.send_sealed(seal(KEYS, env))
+                sent += 1
+            while not c.ws.closed:
+                await c.recv()
+        except (ConnectionError, RuntimeError):
+            pass
+        finally:
+            await c.close()
+        return sent
+
+    asyncio.run(go())
+    assert node.wait_for(lambda: node.guard.counters["over_budget"] == 1, 5)
+    assert node.counters["delivered"] <= 2  # the rest never reached the parser
