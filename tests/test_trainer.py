@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from scripted import END, Quiet, ScriptedBackend, decode, make_cfg, make_node, stop_at_check
+from scripted import END, Quiet, ScriptedBackend, decode, encode, make_cfg, make_node, stop_at_check
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.control import apply_settings
@@ -132,7 +132,7 @@ def test_own_completions_cut_at_max_new_tokens_are_trained_and_published_unfinis
     cfg = make_cfg(tmp_path, max_new_tokens=24, local_samples=2, external_samples=2)
     hub = InProcessHub()
     a = make_node(cfg, "a", hub.connect("id-a"), ramble=10)  # wrong answers ramble: cut at 24
-    b = make_node(cfg, "b", hub.connect("id-b"))
+    b = make_node(make_cfg(tmp_path, max_new_tokens=64), "b", hub.connect("id-b"))  # room for 64
     a.run_round()
     assert a.backend.calls[0]["max_new_tokens"] == 24
     own = a.backend.steps[0]
@@ -148,7 +148,10 @@ def test_own_completions_cut_at_max_new_tokens_are_trained_and_published_unfinis
     external = [s for s in b.backend.steps[0] if s.messages[-1]["content"] not in _questions(b)]
     assert len(external) == 8
     assert sorted(s.completion.finished for s in external) == [False] * 6 + [True] * 2
-    assert all(s.completion.finished == (s.advantage > 0) for s in external)
+    for s in external:  # b's limit is 64: only the flag says a's 24 characters were cut
+        assert s.completion.finished == (s.advantage > 0)
+        want = [*encode(s.completion.text), END] if s.advantage > 0 else encode(("so " * 10)[:24])
+        assert s.completion.trained_ids == want
 
 
 def _questions(node) -> set[str]:

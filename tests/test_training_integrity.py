@@ -360,6 +360,32 @@ def test_finished_completions_end_with_the_chat_templates_im_end_not_the_smalles
     assert len(backend.logprobs(samples)[0]) == len(peer.trained_ids)
 
 
+LLAMA3_TEMPLATE = (
+    "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{{ m['content'] }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def test_the_end_of_turn_is_read_from_the_chat_template():
+    from tiny_model import build_tokenizer
+
+    from sapo_edge.backends.tokens import end_tokens
+
+    qwen = build_tokenizer()
+    im_end, endoftext = qwen.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    # a generation config that lists only <|endoftext|>: generation still stops at the turn end
+    assert end_tokens(qwen, [endoftext]) == (sorted([endoftext, im_end]), im_end)
+    assert end_tokens(qwen, [im_end, endoftext]) == (sorted([endoftext, im_end]), im_end)
+    llama = build_other_tokenizer()
+    llama.chat_template = LLAMA3_TEMPLATE
+    llama.eos_token = "<|begin_of_text|>"  # a tokenizer whose eos is not the turn end
+    eot, bot = llama.convert_tokens_to_ids(["<|eot_id|>", "<|begin_of_text|>"])
+    assert end_tokens(llama, [bot]) == (sorted([bot, eot]), eot)
+    llama.chat_template = "{{ raise_exception('system message required') }}"
+    assert end_tokens(llama, [bot]) == ([bot], bot)  # no template to read: the eos
+
+
 class NullHub:
     def publish(self, payload):
         pass

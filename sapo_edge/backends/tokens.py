@@ -42,7 +42,9 @@ def end_of_turn_id(tok, stop_ids: Iterable[int]) -> int | None:
     if not isinstance(text, str) or _PROBE not in text:
         return None
     tail = tok(text[text.rindex(_PROBE) + len(_PROBE) :], add_special_tokens=False)["input_ids"]
-    stop, special = set(stop_ids), set(tok.all_special_ids)
+    added = getattr(tok, "added_tokens_decoder", {})  # e.g. Llama 3's <|eot_id|>
+    special = set(tok.all_special_ids) | {i for i, t in added.items() if t.special}
+    stop = set(stop_ids)
     return next((i for i in tail if i in stop), next((i for i in tail if i in special), None))
 
 
