@@ -176,3 +176,29 @@ def test_near_greedy_generation_matches_torch_token_for_token(tiny_qwen, tmp_pat
     assert gm == gt
     t.close()
     m.close()
+
+
+def test_configure_takes_run_time_settings_even_in_the_compiled_step(tiny_qwen, tmp_path):
+    import dataclasses
+
+    a = _mlx(tiny_qwen, "conf_a", compile_step=True)
+    b = _mlx(tiny_qwen, "conf_b", compile_step=True)
+    a.reset(3)
+    b.reset(3)
+    samples = _samples(a)
+    a.train_step(samples)  # a's step is compiled with clip 0.2 / 0.28 and beta 0
+    b.train_step(samples)
+    new = dataclasses.replace(a.cfg, beta=0.5, learning_rate=3e-3)
+    a.configure(new)
+    assert a.optimizer.learning_rate.item() == pytest.approx(3e-3)
+    fresh = MlxBackend(tiny_qwen, new, adapter="conf_c", compile_step=True, **QUIET)
+    a.save(tmp_path)
+    fresh.load(tmp_path)
+    sa, sf = a.train_step(samples), fresh.train_step(samples)  # the KL term is in both losses
+    assert sa.loss == pytest.approx(sf.loss, abs=1e-6) and sa.loss != pytest.approx(
+        b.train_step(samples).loss, abs=1e-6
+    )
+    with pytest.raises(ValueError, match="lora_r.*restart"):
+        a.configure(dataclasses.replace(new, lora_r=8))
+    for m in (a, b, fresh):
+        m.close()

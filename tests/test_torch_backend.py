@@ -152,3 +152,21 @@ def test_prefix_shared_generation_matches_transformers_generate(tiny_qwen):
         end = next((j for j, t in enumerate(row) if t in b.eos_ids), len(row))
         want = b.tok.decode(row[:end], skip_special_tokens=True)
         assert [g.text for g in grp] == [want, want]
+
+
+def test_configure_takes_run_time_settings_and_refuses_load_time_ones(tiny_qwen, tmp_path):
+    import dataclasses
+
+    b = _backend(tiny_qwen, "conf")
+    samples = _good_bad(b)
+    before = _total(b, samples)
+    b.configure(dataclasses.replace(b.cfg, temperature=0.5, learning_rate=2e-3))
+    assert [g["lr"] for g in b.optimizer.param_groups] == [2e-3]
+    assert _total(b, samples) != pytest.approx(before)  # log-probs at the new temperature
+    with pytest.raises(ValueError, match="lora_r.*restart"):
+        b.configure(dataclasses.replace(b.cfg, lora_r=8))
+    b.train_step(samples)
+    b.save(tmp_path)
+    b.configure(dataclasses.replace(b.cfg, learning_rate=1e-4))
+    b.load(tmp_path)  # the saved optimizer's lr (2e-3) does not override this run's setting
+    assert [g["lr"] for g in b.optimizer.param_groups] == [1e-4]

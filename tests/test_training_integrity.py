@@ -228,7 +228,7 @@ def test_own_completions_train_the_sampled_ids_and_score_their_text(backend, ref
     those ids decoded, and the finished flags published are the real ones."""
 
     @settings(
-        max_examples=12 if backend.name == "torch" else 8,
+        max_examples=25 if backend.name == "torch" else 12,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
@@ -302,7 +302,7 @@ def test_peer_text_is_trained_as_plain_text_cut_and_rescored(backend, ref, tiny_
     cfg = _cfg(tiny_qwen, local_samples=0, external_samples=2)
 
     @settings(
-        max_examples=15 if backend.name == "torch" else 8,
+        max_examples=30 if backend.name == "torch" else 15,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
