@@ -323,19 +323,19 @@ class Node:
         if group.question != task.question:  # e.g. another reasoning-gym version made another
             self.pool.reject("question_mismatch")  # question: its answers do not fit our prompt
             return None
-        limit = self.cfg.max_new_tokens
         sent = list(zip(group.completions, group.finished, strict=True))[: self.cfg.group_size]
-        comps = [
-            self.backend.encode_completion(t, finished=f, max_new_tokens=limit) for t, f in sent
-        ]
-        cut = sum(
-            (f and not c.finished) or (len(c.ids) == limit and c.text != t)
-            for (t, f), c in zip(sent, comps, strict=True)
-        )
-        changed = sum(c.text != t for (t, _), c in zip(sent, comps, strict=True)) - cut
-        if cut:  # longer than this node's max_new_tokens: cut, unfinished, scored on the cut text
+        comps, cut, changed = [], 0, 0
+        for text, finished in sent:
+            c = self.backend.encode_completion(
+                text, finished=finished, max_new_tokens=self.cfg.max_new_tokens
+            )
+            whole = self.backend.encode_completion(text, finished=finished, max_new_tokens=2**31)
+            comps.append(c)
+            cut += c != whole  # longer than this node's max_new_tokens: cut there, unfinished
+            changed += whole.text != text  # the tokenizer's normaliser changed the text
+        if cut:  # ...and scored on the cut text
             self.pool.reject("peer_cut", cut)
-        if changed:  # this tokenizer's normaliser changed the text: scored on what it trains
+        if changed:  # ...and scored on the text it trains
             self.pool.reject("peer_text_changed", changed)
         rewards = [score_completion(task, c.text, self.rewards) for c in comps]
         return scored(
@@ -450,13 +450,11 @@ class Node:
                 dropped = self.pool.load_state_dict(
                     json.loads((ckpt.path / POOL_FILE).read_text(encoding="utf-8"))
                 )
-            except (ValueError, TypeError) as e:
-                raise ValueError(
-                    f"checkpoint {ckpt.path}: {POOL_FILE} cannot be read ({e}); delete it to resume with an empty peer pool."
-                ) from None
+            except (ValueError, TypeError) as e:  # written by another version: not worth a stop
+                dropped = f"all ({e})"
             if dropped:
                 self.callback.on_message(
-                    self.name, f"{dropped} saved peer groups are in an older format: left out"
+                    self.name, f"{dropped} saved peer groups cannot be read here: left out"
                 )
         self.round = int(st["round"])
         self._truncate_metrics(self.round)
