@@ -170,3 +170,25 @@ def test_configure_takes_run_time_settings_and_refuses_load_time_ones(tiny_qwen,
     b.configure(dataclasses.replace(b.cfg, learning_rate=1e-4))
     b.load(tmp_path)  # the saved optimizer's lr (2e-3) does not override this run's setting
     assert [g["lr"] for g in b.optimizer.param_groups] == [1e-4]
+
+
+def test_lora_dropout_masks_come_from_the_seed_and_step_so_a_resume_repeats_them(
+    tiny_qwen, tmp_path
+):
+    import torch
+
+    a, b = (
+        _backend(tiny_qwen, "drop_a", lora_dropout=0.5),
+        _backend(tiny_qwen, "drop_b", lora_dropout=0.5),
+    )
+    a.reset(4)
+    b.reset(4)
+    samples = _good_bad(a)
+    a.train_step(samples)
+    a.save(tmp_path)  # b resumes from a's checkpoint after a's first step
+    b.load(tmp_path)
+    torch.manual_seed(123)  # the global stream differs: the masks must not depend on it
+    a.train_step(samples)
+    torch.manual_seed(456)
+    b.train_step(samples)
+    assert _total(a, samples) == _total(b, samples)
