@@ -36,7 +36,7 @@ def bench_generate(backend, prompts, cfg: Config) -> tuple[dict[str, float], lis
     seconds = time.perf_counter() - t0
     tokens = sum(g.tokens for grp in groups for g in grp)
     samples = [
-        Sample(p, g.text, 1.0 if i % 2 == 0 else -1.0, g.finished)
+        Sample(p, g, 1.0 if i % 2 == 0 else -1.0)
         for p, grp in zip(prompts, groups, strict=True)
         for i, g in enumerate(grp)
     ]

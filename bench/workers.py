@@ -115,7 +115,7 @@ def run_sapo(spec: Spec) -> None:
         for task, msgs, group in zip(tasks, prompts, groups, strict=True):
             rewards = [score_completion(task, g.text, REWARD) for g in group]
             for g, a in zip(group, group_advantages(rewards), strict=True):
-                samples.append(Sample(msgs, g.text, a, g.finished))
+                samples.append(Sample(msgs, g, a))  # the sampled ids, as trained
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
         floor = gemm_floor(backend, samples) if r == spec.rounds - 1 else None
@@ -308,6 +308,7 @@ def run_node(spec: Spec) -> None:
                 spec.model_id,
                 r,
                 time.time(),
+                finished=(True,) * spec.group_size,
             )
             peers[i % 8].publish(encode_batch([group]))
         rep = node.run_round()

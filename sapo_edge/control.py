@@ -107,13 +107,16 @@ NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen
 
 
 def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
-    """Apply new settings to a node from its next round; a bad value is reported, not applied."""
+    """Apply new settings to a node from its next round: Node.configure hands them to the
+    trainer, the reward, the peer pool and the backend (learning rate, temperature...); a bad
+    value, or a setting only a restart can change (model, LoRA shape, seed...), is refused whole
+    with the reason."""
     fields = {f.name for f in dataclasses.fields(Config)} - NETWORK_SETTINGS
     known = {k: v for k, v in settings.items() if k in fields}
     other = {k: v for k, v in settings.items() if k not in fields}
     if known:
         try:
-            node.cfg = dataclasses.replace(node.cfg, **known)  # __post_init__ validates
+            node.configure(known)
         except ConfigError as e:
             log(f"settings not applied: {e}")
         else:

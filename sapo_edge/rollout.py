@@ -1,5 +1,8 @@
 """Rollout groups: the plain text nodes share (question, completions, metadata to regenerate the
 task), with versioned JSON (de)serialisation that validates everything a peer sends.
+
+Version 2 added `finished` (one flag per completion: an end token closed it, rather than the
+producer's length limit); a version-1 batch is refused as "old_version".
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 from sapo_edge.safejson import JsonError, dumps_canonical, loads_strict
 from sapo_edge.tasks import TaskError, TaskRef
 
-ROLLOUT_VERSION = 1
+ROLLOUT_VERSION = 2
 
 
 class RolloutError(ValueError):
@@ -46,6 +49,7 @@ _FIELDS = (
     "question",
     "reference_answer",
     "completions",
+    "finished",
     "rewards",
     "producer",
     "model",
@@ -67,6 +71,14 @@ class RolloutGroup:
     model: str  # model id, e.g. "Qwen/Qwen2.5-0.5B-Instruct"
     round: int  # producer's round
     created_at: float  # unix seconds
+    # per completion: True when an end token closed it, False when cut at the producer's
+    # max_new_tokens (a receiver then appends no end token). Not given: all False, the cautious
+    # reading (nothing teaches the model to stop where the producer did not); producers send it.
+    finished: tuple[bool, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.finished is None:
+            object.__setattr__(self, "finished", (False,) * len(self.completions))
 
     @property
     def group_id(self) -> str:
@@ -81,6 +93,7 @@ class RolloutGroup:
             "question": self.question,
             "reference_answer": self.reference_answer,
             "completions": list(self.completions),
+            "finished": list(self.finished),
             "rewards": list(self.rewards),
             "producer": self.producer,
             "model": self.model,
@@ -141,6 +154,16 @@ class RolloutGroup:
             )
         for i, c in enumerate(completions):
             _cap(_str(c, f"completions[{i}]"), limits.max_completion_chars, f"completions[{i}]")
+        finished = d["finished"]
+        if not isinstance(finished, list) or not all(isinstance(f, bool) for f in finished):
+            raise RolloutError(
+                "bad_type", "finished must be a JSON array of true/false, one per completion."
+            )
+        if len(finished) != len(completions):
+            raise RolloutError(
+                "bad_shape",
+                f"rollout group has {len(completions)} completions but {len(finished)} finished flags; send one per completion.",
+            )
         floats = tuple(_finite(r, f"rewards[{i}]") for i, r in enumerate(rewards))
 
         producer, model = _str(d["producer"], "producer"), _str(d["model"], "model")
@@ -168,11 +191,12 @@ class RolloutGroup:
             model=model,
             round=rnd,
             created_at=_finite(d["created_at"], "created_at"),
+            finished=tuple(finished),
         )
 
 
 def encode_batch(groups: Sequence[RolloutGroup], limits: Limits = DEFAULT_LIMITS) -> bytes:
-    """UTF-8 JSON {"version": 1, "groups": [...]}; refuses anything decode_batch would reject."""
+    """UTF-8 JSON {"version": ROLLOUT_VERSION, "groups": [...]}; refuses anything decode_batch would reject."""
     if len(groups) > limits.max_groups_per_batch:
         raise RolloutError(
             "too_large",
@@ -258,6 +282,12 @@ def _check_version(d: dict[str, Any], what: str) -> None:
             "missing_field", f"{what} lacks field version; send version {ROLLOUT_VERSION}."
         )
     v = d["version"]
+    if isinstance(v, int) and not isinstance(v, bool) and 1 <= v < ROLLOUT_VERSION:
+        raise RolloutError(
+            "old_version",
+            f"{what} has version {v}, from an older sapo-edge that does not say which completions "
+            f"finished; this node speaks version {ROLLOUT_VERSION}: upgrade sapo-edge on that node.",
+        )
     if v != ROLLOUT_VERSION or isinstance(v, bool) or not isinstance(v, int):
         raise RolloutError(
             "unknown_version",

@@ -1,5 +1,8 @@
 """The SAPO I/J mix: which own groups to publish (SelectSubset), I own groups (SampleSelf) and
 J external groups re-scored by this node's verifier (SampleExternal, via ExternalPool).
+
+The pool's state (groups waiting, ids seen, counters) goes into checkpoints, and a round that is
+stopped before its training step gives back the groups it took, so a resumed run uses the same.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sapo_edge.advantages import group_advantages, is_informative
-from sapo_edge.rollout import RolloutGroup
+from sapo_edge.backends.base import Completion
+from sapo_edge.rollout import RolloutError, RolloutGroup
 from sapo_edge.tasks import TaskRef
 
 SUBSET_POLICIES = ("all", "informative", "none")
@@ -28,6 +32,8 @@ class ScoredGroup:
     rewards: list[float]
     origin: str  # "self" or the producer's node id
     advantages: list[float]
+    # the completions as they are trained (ids, end token); completions[i] == tokens[i].text
+    tokens: list[Completion] | None = None
 
 
 def scored(
@@ -38,11 +44,17 @@ def scored(
     rewards: list[float],
     origin: str,
     scale: bool = True,
+    tokens: list[Completion] | None = None,
 ) -> ScoredGroup:
-    """Build a ScoredGroup and fill its group-relative advantages (scale=False: Dr. GRPO)."""
+    """Build a ScoredGroup and fill its group-relative advantages (scale=False: Dr. GRPO).
+    With tokens, each completion's text must be its tokens' text: the reward belongs to them."""
     if len(completions) != len(rewards):
         raise ValueError(
             f"got {len(completions)} completions but {len(rewards)} rewards; score every completion once."
+        )
+    if tokens is not None and [c.text for c in tokens] != list(completions):
+        raise ValueError(
+            "the texts scored are not the texts of the tokens to train; score Completion.text."
         )
     rs = [float(r) for r in rewards]
     return ScoredGroup(
@@ -53,6 +65,7 @@ def scored(
         rs,
         origin,
         group_advantages(rs, scale=scale),
+        None if tokens is None else list(tokens),
     )
 
 
@@ -176,10 +189,62 @@ class ExternalPool:
             self._chars.pop(entry.group.producer, None)
         return entry
 
-    def reject(self, reason: str) -> None:
-        """Count a rejection made elsewhere, e.g. a decode error's reason code."""
+    def _recount(self) -> None:
+        """Characters held per producer, recomputed from the pool (the lock is held)."""
+        self._chars = {}
+        for e in self._pool.values():
+            self._chars[e.group.producer] = self._chars.get(e.group.producer, 0) + e.size
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        """Count a rejection (or other event) decided elsewhere, e.g. a decode error's reason code."""
         with self._lock:
-            self._counts[reason] = self._counts.get(reason, 0) + 1
+            self._counts[reason] = self._counts.get(reason, 0) + n
+
+    # ------------------------------------------------------------------- round undo, checkpoints
+    def snapshot(self) -> tuple:
+        """The pool as it is now, for restore() when a round stops before training. The trainer
+        takes it after receiving and before sampling; nothing adds to the pool in between."""
+        with self._lock:
+            return OrderedDict(self._pool), dict(self._seen), dict(self._counts)
+
+    def restore(self, snap: tuple) -> None:
+        """Back to a snapshot(): the groups a stopped round took are waiting again, in order."""
+        pool, seen, counts = snap
+        with self._lock:
+            self._pool, self._seen, self._counts = OrderedDict(pool), dict(seen), dict(counts)
+            self._recount()
+
+    def state_dict(self) -> dict:
+        """Plain JSON for a checkpoint: the groups waiting (with their arrival round), ids seen and
+        counters, so a resumed node samples exactly what it would have sampled."""
+        with self._lock:
+            return {
+                "version": 1,
+                "entries": [[e.group.to_dict(), e.received_round] for e in self._pool.values()],
+                "seen": list(self._seen),
+                "counts": dict(self._counts),
+            }
+
+    def load_state_dict(self, d: dict) -> int:
+        """Restore state_dict(); groups that no longer validate (an older format) are left out.
+        Returns how many were left out."""
+        if not isinstance(d, dict) or d.get("version") != 1:
+            raise ValueError("the rollout pool's saved state is not one this version can read.")
+        pool: OrderedDict[str, _Entry] = OrderedDict()
+        dropped = 0
+        for group, received in d.get("entries", []):
+            try:
+                g = RolloutGroup.from_dict(group)
+            except RolloutError:
+                dropped += 1
+                continue
+            pool[g.group_id] = _Entry(g, int(received), _text_size(g))
+        with self._lock:
+            self._pool = pool
+            self._recount()
+            self._seen = dict.fromkeys(str(x) for x in d.get("seen", []))
+            self._counts = {**dict.fromkeys(self.COUNTERS, 0), **d.get("counts", {})}
+        return dropped
 
     def sample(
         self,

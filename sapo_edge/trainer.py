@@ -3,10 +3,16 @@
 1. sample questions  2. generate G completions each  3. score  4. share a subset
 5. build the I local + J external training set (externals re-verified here)  6. GRPO step
 7. report, append metrics.jsonl, checkpoint.
+
+What is trained is what was sampled and scored: own completions keep their sampled token ids and
+end token; a peer's text is tokenised here and the reward is computed on the decoded tokens.
+A round stopped before its training step leaves no trace in the question stream, the random
+state or the peer pool, so a resumed run continues exactly as an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -18,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from .backends.base import Backend, Sample
+from .backends.base import LOAD_TIME_SETTINGS, Backend, Completion, Sample
 from .checkpoints import find_latest, save_checkpoint
-from .config import Config
+from .config import Config, ConfigError
 from .prompts import build_messages
 from .rewards import RewardConfig, score_completion
 from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
@@ -63,6 +69,20 @@ class RoundGroups:
 
 
 PHASES = ("sampling", "generating", "scoring", "sharing", "training", "saving")
+POOL_FILE = "pool.json"  # the peer pool, saved with each checkpoint
+# Settings a running node cannot take (apply_settings refuses them with this reason): the model
+# and LoRA shape are loaded, the question stream is seeded from them, the loop counts rounds.
+RESTART_SETTINGS = LOAD_TIME_SETTINGS | {
+    "seed",
+    "name",
+    "out_dir",
+    "resume",
+    "rounds",
+    "nodes",
+    "node_backends",
+    "domains",
+    "domain_configs",
+}
 
 
 class RoundStopped(Exception):
@@ -123,15 +143,14 @@ class Node:
         seed = node_seed(node_id, cfg.seed)  # each node draws its own questions
         self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
         self.rng = random.Random(seed)
+        self.backend.reset(seed)  # LoRA weights from the node seed: two fresh runs are identical
         self.pool = ExternalPool(
             node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
         )
-        self.rewards = RewardConfig(
-            lenient=cfg.lenient,
-            lenient_credit=cfg.lenient_credit,
-            format_reward=cfg.format_reward,
-            partial_credit=cfg.partial_credit,
-        )
+        self.rewards = _reward_config(cfg)
+        self._pool_before_sampling: tuple | None = None  # restored when a round stops
+        self._received: int | None = None  # groups received by the round in flight
+        self._received_carry = 0  # ...by a stopped attempt of it: reported when it completes
         self.round = 0
         self.peer_tally = PeerTally()  # per-producer counts of what arrived (peers table)
         self.last_groups = RoundGroups([], [])  # the latest round's groups, set before on_round
@@ -149,6 +168,21 @@ class Node:
 
     # ------------------------------------------------------------------------------ round
     def run_round(self) -> RoundReport:
+        """One round; a RoundStopped leaves the sampler, random state and pool as they were."""
+        sampler, rng = self.sampler.state_dict(), self.rng.getstate()
+        self._pool_before_sampling, self._received = None, None
+        try:
+            return self._run_round()
+        except RoundStopped:
+            self.sampler.load_state_dict(sampler)
+            self.rng.setstate(rng)
+            if self._pool_before_sampling is not None:  # the groups taken are waiting again
+                self.pool.restore(self._pool_before_sampling)
+            if self._received is not None:  # what arrived stays in the pool and is reported
+                self._received_carry = self._received  # by the attempt that completes
+            raise
+
+    def _run_round(self) -> RoundReport:
         cfg, t_round = self.cfg, time.perf_counter()
         self._phase("sampling")
         # 1. sample a batch of questions (the paper's SampleBatch: k domains, one question each)
@@ -167,11 +201,10 @@ class Node:
         )
         gen_seconds = time.perf_counter() - t0
 
-        # 3. score with this node's own verifier
+        # 3. score with this node's own verifier: the text of the sampled ids (end token apart)
         self._phase("scoring")
         own: list[ScoredGroup] = []
         published: list[RolloutGroup] = []
-        finished: dict[str, list[bool]] = {}
         for task, group in zip(tasks, gens, strict=True):
             texts = [g.text for g in group]
             rewards = [score_completion(task, t, self.rewards) for t in texts]
@@ -185,6 +218,7 @@ class Node:
                 self.model_id,
                 self.round,
                 time.time(),
+                finished=tuple(g.finished for g in group),
             )
             own.append(
                 scored(
@@ -195,9 +229,9 @@ class Node:
                     rewards,
                     "self",
                     scale=cfg.scale_rewards,
+                    tokens=list(group),  # trained as sampled: no decode/re-encode round trip
                 )
             )
-            finished[rg.group_id] = [g.finished for g in group]
             published.append(rg)
 
         # 4. share a subset as plain text (SelectSubset)
@@ -207,26 +241,25 @@ class Node:
             self.transport.publish(encode_batch(shared))
 
         # 5. training set: I own groups + J external groups, re-verified here
-        received = self._receive()
+        received = self._received = self._received_carry + self._receive()
+        self._received_carry = 0
         local = sample_self(own, cfg.local_samples, self.rng)
+        self._pool_before_sampling = self.pool.snapshot()
         external = (
             self.pool.sample(cfg.external_samples, self.round, self._rescore, self.rng)
             if cfg.external_samples
             else []
         )
 
-        # 6. one GRPO step; completions with zero advantage carry no gradient and are skipped
+        # 6. one GRPO step over every completion of the chosen groups. A completion with advantage
+        #    exactly 0 (possible with lenient, partial-credit or format rewards) adds nothing to
+        #    the surrogate but stays in the step: its tokens count in the DAPO token normaliser,
+        #    as in TRL, and with beta > 0 it carries the KL term like any other sampled text.
         self._phase("training")
         samples = [
-            Sample(
-                build_messages(g.question),
-                text,
-                adv,
-                finished.get(g.group_id, [True] * len(g.completions))[i],
-            )
+            Sample(build_messages(g.question), c, adv)
             for g in local + external
-            for i, (text, adv) in enumerate(zip(g.completions, g.advantages, strict=True))
-            if adv != 0.0
+            for c, adv in zip(_trained(g), g.advantages, strict=True)
         ]
         stats = self.backend.train_step(samples) if samples else None
 
@@ -276,10 +309,10 @@ class Node:
         return count
 
     def _rescore(self, group: RolloutGroup) -> ScoredGroup | None:
-        """Regenerate the task from its ref; ignore the producer's answer and rewards; re-score."""
-        if not self.sampler.accepts(
-            group.task_ref
-        ):  # not one of our domains/configs: never regenerated
+        """Regenerate the task from its ref (the question must be the one sent); tokenise each
+        completion as it will be trained (cut at max_new_tokens, end of turn when finished) and
+        score the text of those tokens; the producer's answer and rewards are ignored."""
+        if not self.sampler.accepts(group.task_ref):  # not our domains/configs: never regenerated
             self.pool.reject("foreign_task")
             return None
         try:
@@ -287,16 +320,33 @@ class Node:
         except TaskError:
             self.pool.reject("bad_task_ref")
             return None
-        texts = list(group.completions[: self.cfg.group_size])
-        rewards = [score_completion(task, t, self.rewards) for t in texts]
+        if group.question != task.question:  # e.g. another reasoning-gym version made another
+            self.pool.reject("question_mismatch")  # question: its answers do not fit our prompt
+            return None
+        sent = list(zip(group.completions, group.finished, strict=True))[: self.cfg.group_size]
+        comps, cut, changed = [], 0, 0
+        for text, finished in sent:
+            c = self.backend.encode_completion(
+                text, finished=finished, max_new_tokens=self.cfg.max_new_tokens
+            )
+            whole = self.backend.encode_completion(text, finished=finished, max_new_tokens=2**31)
+            comps.append(c)
+            cut += c != whole  # longer than this node's max_new_tokens: cut there, unfinished
+            changed += whole.text != text  # the tokenizer's normaliser changed the text
+        if cut:  # ...and scored on the cut text
+            self.pool.reject("peer_cut", cut)
+        if changed:  # ...and scored on the text it trains
+            self.pool.reject("peer_text_changed", changed)
+        rewards = [score_completion(task, c.text, self.rewards) for c in comps]
         return scored(
             group.group_id,
             task.ref,
             task.question,
-            texts,
+            [c.text for c in comps],
             rewards,
             group.producer,
             scale=self.cfg.scale_rewards,
+            tokens=comps,
         )
 
     def _report(
@@ -328,6 +378,30 @@ class Node:
             round_seconds=time.perf_counter() - t_round,
         )
 
+    # --------------------------------------------------------------------------- settings
+    def configure(self, changes: dict) -> None:
+        """Take new settings from the next round: the trainer, the reward, the pool and the backend
+        all see them. Raises ConfigError (nothing applied) for a bad value or a setting that needs
+        a restart."""
+        fixed = sorted(
+            k for k, v in changes.items() if k in RESTART_SETTINGS and v != getattr(self.cfg, k, v)
+        )
+        if fixed:
+            raise ConfigError(
+                f"{', '.join(fixed)} cannot change while the node runs (the model, LoRA shape and "
+                "question stream are set at start): restart sapo-edge with the new value."
+            )
+        cfg = dataclasses.replace(self.cfg, **changes)  # __post_init__ validates
+        try:
+            self.backend.configure(cfg)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.cfg, self.rewards = cfg, _reward_config(cfg)
+        self.pool.freshness_rounds = cfg.freshness_rounds
+        self.pool.max_age_rounds = 4 * cfg.freshness_rounds
+        self.pool.max_peer_share = cfg.max_peer_share
+        cfg.save(self.out_dir / "config.json")
+
     # ------------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
         self._phase("saving")
@@ -339,13 +413,16 @@ class Node:
             "config": self.cfg.to_saved_dict(),  # never the room secret
             "sampler": self.sampler.state_dict(),
             "rng": _rng_to_json(self.rng.getstate()),
+            "received_carry": self._received_carry,
         }
+        pool = json.dumps(self.pool.state_dict())
+
+        def write_files(directory: Path) -> None:
+            self.backend.save(directory)
+            (directory / POOL_FILE).write_text(pool, encoding="utf-8")
+
         return save_checkpoint(
-            self.checkpoint_dir,
-            self.round,
-            self.backend.save,
-            state,
-            keep=self.cfg.keep_checkpoints,
+            self.checkpoint_dir, self.round, write_files, state, keep=self.cfg.keep_checkpoints
         )
 
     def resume(self) -> bool:
@@ -367,6 +444,18 @@ class Node:
         self.backend.load(ckpt.path)
         self.sampler.load_state_dict(st["sampler"])
         self.rng.setstate(_rng_from_json(st["rng"]))
+        self._received_carry = int(st.get("received_carry", 0))
+        if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
+            try:
+                dropped = self.pool.load_state_dict(
+                    json.loads((ckpt.path / POOL_FILE).read_text(encoding="utf-8"))
+                )
+            except (ValueError, TypeError) as e:  # written by another version: not worth a stop
+                dropped = f"all ({e})"
+            if dropped:
+                self.callback.on_message(
+                    self.name, f"{dropped} saved peer groups cannot be read here: left out"
+                )
         self.round = int(st["round"])
         self._truncate_metrics(self.round)
         self.callback.on_message(
@@ -386,6 +475,22 @@ class Node:
         tmp = self.metrics_path.with_suffix(".tmp")
         tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
         os.replace(tmp, self.metrics_path)
+
+
+def _reward_config(cfg: Config) -> RewardConfig:
+    return RewardConfig(
+        lenient=cfg.lenient,
+        lenient_credit=cfg.lenient_credit,
+        format_reward=cfg.format_reward,
+        partial_credit=cfg.partial_credit,
+    )
+
+
+def _trained(group: ScoredGroup) -> list[Completion]:
+    """The completions of a scored group as they are trained (the trainer always scores tokens)."""
+    if group.tokens is None:
+        raise ValueError(f"group {group.group_id} has no tokens: score it with scored(tokens=...).")
+    return group.tokens
 
 
 def _rng_to_json(state: tuple) -> list:

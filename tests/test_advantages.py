@@ -49,3 +49,14 @@ def test_is_informative():
     assert not is_informative([0.0, 1e-12])
     assert not is_informative([1.0])
     assert not is_informative([])
+
+
+def test_small_credit_differences_are_not_blown_up_to_full_size():
+    """All wrong, two answers earn a 0.01 partial credit: without the std floor these would get
+    the same +-0.87 advantages as one right answer among four; with it they stay small."""
+    wrong = group_advantages([0.01, 0.01, 0.0, 0.0])
+    right = group_advantages([1.0, 1.0, 0.0, 0.0])
+    assert max(abs(a) for a in wrong) == pytest.approx(0.05, abs=1e-3)
+    assert right[0] == pytest.approx(0.866, abs=1e-3)
+    # binary groups never reach the floor: one right answer among 64 still has std > 0.1
+    assert group_advantages([1.0] + [0.0] * 63, eps=0.0)[0] == pytest.approx(63 / 64 / 0.125)

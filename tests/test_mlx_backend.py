@@ -19,10 +19,20 @@ from sapo_edge.config import Config  # noqa: E402
 
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
 LONG = [{"role": "user", "content": "What is 12 times 4? Think step by step, then answer."}]
-GOOD = Sample(MSGS, "<answer>5</answer>", 1.0)
-BAD = Sample(MSGS, "the answer is 7", -1.0)
-SAMPLES = [GOOD, BAD, Sample(LONG, "12 times 4 = 48 so <answer>48</answer>", 0.5, finished=False)]
+TEXTS = [
+    (MSGS, "<answer>5</answer>", 1.0, True),
+    (MSGS, "the answer is 7", -1.0, True),
+    (LONG, "12 times 4 = 48 so <answer>48</answer>", 0.5, False),
+]
 QUIET = {"log": lambda m: None}
+
+
+def _samples(b, texts=TEXTS) -> list[Sample]:
+    """Samples with each text encoded as this backend trains a peer's text (both backends agree)."""
+    return [
+        Sample(m, b.encode_completion(t, finished=f, max_new_tokens=b.cfg.max_new_tokens), a)
+        for m, t, a, f in texts
+    ]
 
 
 def _cfg(tiny_qwen: Path, **kw) -> Config:
@@ -51,9 +61,11 @@ def test_select_and_load_backend_build_mlx(tiny_qwen):
 def test_parity_with_torch_logprobs_loss_and_gradient(tiny_qwen, tmp_path):
     cfg = _cfg(tiny_qwen, beta=0.1)  # the KL term makes the loss depend on the weights
     t = TorchBackend(tiny_qwen, cfg, adapter="par_t", device="cpu", **QUIET)
+    SAMPLES = _samples(t)
     t.train_step(SAMPLES)  # LoRA B becomes non-zero: the adapter changes the outputs
     t.save(tmp_path)
     m = MlxBackend(tiny_qwen, cfg, adapter="par_m", **QUIET)
+    assert _samples(m) == SAMPLES  # the same ids, end tokens and texts on both backends
     m.load_adapter(tmp_path / "adapter.safetensors")
     lt, lm = t.logprobs(SAMPLES), m.logprobs(SAMPLES)
     assert [len(r) for r in lt] == [len(r) for r in lm]
@@ -72,9 +84,10 @@ def test_parity_with_torch_logprobs_loss_and_gradient(tiny_qwen, tmp_path):
 
 def test_grpo_step_raises_positive_and_lowers_negative(tiny_qwen):
     m = _mlx(tiny_qwen, "step")
-    before = _total(m, [GOOD, BAD])
-    stats = m.train_step([GOOD, BAD])
-    after = _total(m, [GOOD, BAD])
+    good_bad = _samples(m)[:2]
+    before = _total(m, good_bad)
+    stats = m.train_step(good_bad)
+    after = _total(m, good_bad)
     assert stats.sequences == 2 and stats.tokens > 0 and stats.grad_norm > 0
     assert after[0] > before[0]
     assert after[1] < before[1]
@@ -83,6 +96,7 @@ def test_grpo_step_raises_positive_and_lowers_negative(tiny_qwen):
 def test_micro_batching_and_the_compiled_step_give_the_same_update(tiny_qwen, tmp_path):
     one = _mlx(tiny_qwen, "mb_all", micro_batch_size=8, beta=0.1)
     split = _mlx(tiny_qwen, "mb_one", micro_batch_size=1, compile_step=True, beta=0.1)
+    SAMPLES = _samples(one)
     one.save(tmp_path)
     split.load(tmp_path)
     one.train_step(SAMPLES)
@@ -108,16 +122,17 @@ def test_two_nodes_have_independent_adapters_and_save_load_restores_the_optimize
     tiny_qwen, tmp_path
 ):
     a, b = _mlx(tiny_qwen, "node_a"), _mlx(tiny_qwen, "node_b")
-    base = _total(b, [GOOD])
-    a.train_step([GOOD, BAD])
-    assert _total(b, [GOOD]) == pytest.approx(base)  # training a did not move b
-    assert _total(a, [GOOD]) != pytest.approx(base)
+    good_bad = _samples(a)[:2]
+    base = _total(b, good_bad[:1])
+    a.train_step(good_bad)
+    assert _total(b, good_bad[:1]) == pytest.approx(base)  # training a did not move b
+    assert _total(a, good_bad[:1]) != pytest.approx(base)
     a.save(tmp_path)
     b.load(tmp_path)
-    assert _total(b, [GOOD, BAD]) == pytest.approx(_total(a, [GOOD, BAD]), abs=1e-6)
-    a.train_step([GOOD, BAD])  # same Adam moments and step count: the same second step
-    b.train_step([GOOD, BAD])
-    assert _total(b, [GOOD, BAD]) == pytest.approx(_total(a, [GOOD, BAD]), abs=1e-5)
+    assert _total(b, good_bad) == pytest.approx(_total(a, good_bad), abs=1e-6)
+    a.train_step(good_bad)  # same Adam moments and step count: the same second step
+    b.train_step(good_bad)
+    assert _total(b, good_bad) == pytest.approx(_total(a, good_bad), abs=1e-5)
 
 
 def test_load_rejects_other_lora_shapes_and_torch_checkpoints(tiny_qwen, tmp_path):
@@ -140,29 +155,50 @@ def test_unknown_lora_targets_get_a_clear_error(tiny_qwen):
 
 def test_near_greedy_generation_matches_torch_token_for_token(tiny_qwen, tmp_path):
     """Left padding, the batched KV cache and finished rows leaving the batch, against torch."""
-    import torch
-
-    torch.manual_seed(0)  # the LoRA A init, so the trained model below is always the same
     cfg = _cfg(tiny_qwen, learning_rate=1e-2)
     t = TorchBackend(tiny_qwen, cfg, adapter="greedy_t", device="cpu", **QUIET)
+    t.reset(0)  # the LoRA A init, so the trained model below is always the same
     for _ in range(6):  # a random model's greedy text is one repeated token; a trained one varies
-        t.train_step(SAMPLES)
+        t.train_step(_samples(t))
     t.save(tmp_path)
     m = MlxBackend(tiny_qwen, cfg, adapter="greedy_m", **QUIET)
     m.load_adapter(tmp_path / "adapter.safetensors")
     kw = dict(max_new_tokens=12, temperature=1e-4, top_p=1.0, seed=3)
     gt, gm = t.generate([MSGS, LONG], 2, **kw), m.generate([MSGS, LONG], 2, **kw)
-    assert [[(g.text, g.tokens, g.finished) for g in grp] for grp in gm] == [
-        [(g.text, g.tokens, g.finished) for g in grp] for grp in gt
-    ]
+    assert gm == gt  # the same sampled ids, end tokens and texts
     # a token only the second prompt's rollout emits becomes the stop token: those rows finish
     # early and leave the batch while the others run on
-    ids = [m.tok(grp[0].text, add_special_tokens=False)["input_ids"] for grp in gm]
+    ids = [grp[0].ids for grp in gm]
     t.eos_ids = m.eos_ids = [next(i for i in ids[1][1:] if i not in ids[0])]
     gt, gm = t.generate([MSGS, LONG], 2, **kw), m.generate([MSGS, LONG], 2, **kw)
     assert [g.finished for grp in gm for g in grp] == [False, False, True, True]
-    assert [[(g.text, g.tokens, g.finished) for g in grp] for grp in gm] == [
-        [(g.text, g.tokens, g.finished) for g in grp] for grp in gt
-    ]
+    assert [g.end_id for grp in gm for g in grp][2:] == t.eos_ids * 2
+    assert gm == gt
     t.close()
     m.close()
+
+
+def test_configure_takes_run_time_settings_even_in_the_compiled_step(tiny_qwen, tmp_path):
+    import dataclasses
+
+    a = _mlx(tiny_qwen, "conf_a", compile_step=True)
+    b = _mlx(tiny_qwen, "conf_b", compile_step=True)
+    a.reset(3)
+    b.reset(3)
+    samples = _samples(a)
+    a.train_step(samples)  # a's step is compiled with clip 0.2 / 0.28 and beta 0
+    b.train_step(samples)
+    new = dataclasses.replace(a.cfg, beta=0.5, learning_rate=3e-3)
+    a.configure(new)
+    assert a.optimizer.learning_rate.item() == pytest.approx(3e-3)
+    fresh = MlxBackend(tiny_qwen, new, adapter="conf_c", compile_step=True, **QUIET)
+    a.save(tmp_path)
+    fresh.load(tmp_path)
+    sa, sf = a.train_step(samples), fresh.train_step(samples)  # the KL term is in both losses
+    assert sa.loss == pytest.approx(sf.loss, abs=1e-6) and sa.loss != pytest.approx(
+        b.train_step(samples).loss, abs=1e-6
+    )
+    with pytest.raises(ValueError, match="lora_r.*restart"):
+        a.configure(dataclasses.replace(new, lora_r=8))
+    for m in (a, b, fresh):
+        m.close()

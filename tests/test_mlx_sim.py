@@ -25,13 +25,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class ScriptedGenerations:
-    """A real backend whose rollouts are scripted (1 right, the rest wrong: rewards differ)."""
+    """A real backend whose rollouts are scripted (1 right, the rest wrong: rewards differ),
+    their ids those of the real tokenizer, as if the model had sampled them."""
 
     def __init__(self, real):
         self.real, self.script = real, ScriptedBackend(right=1)
 
     def generate(self, *args, **kw):
-        return self.script.generate(*args, **kw)
+        return [
+            [
+                self.real.encode_completion(
+                    g.text, finished=g.finished, max_new_tokens=kw["max_new_tokens"]
+                )
+                for g in group
+            ]
+            for group in self.script.generate(*args, **kw)
+        ]
 
     def __getattr__(self, name):
         return getattr(self.real, name)
@@ -49,7 +58,7 @@ def test_torch_node_and_mlx_node_exchange_rollouts_and_both_train(tiny_qwen, tmp
         domain_configs={"basic_arithmetic": ONE_DIGIT_ADD},
         questions_per_round=2,
         group_size=3,
-        max_new_tokens=8,
+        max_new_tokens=24,  # room for the scripted answers in the real tokenizer's tokens
         local_samples=1,
         external_samples=1,
         lora_r=4,
@@ -58,7 +67,10 @@ def test_torch_node_and_mlx_node_exchange_rollouts_and_both_train(tiny_qwen, tmp
     )
     nodes = build_nodes(cfg, ["mix-0", "mix-1"], InProcessHub().connect, Quiet(), lambda m: None)
     assert [n.backend.name for n in nodes] == ["torch", "mlx"]
-    probe = [Sample([{"role": "user", "content": "Calculate 2 + 3."}], "<answer>5</answer>", 1.0)]
+    answer = nodes[0].backend.encode_completion(
+        "<answer>5</answer>", finished=True, max_new_tokens=24
+    )
+    probe = [Sample([{"role": "user", "content": "Calculate 2 + 3."}], answer, 1.0)]
     before = [n.backend.logprobs(probe)[0] for n in nodes]
     for n in nodes:
         n.backend = ScriptedGenerations(n.backend)

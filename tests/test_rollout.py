@@ -82,6 +82,23 @@ def test_to_dict_from_dict_round_trip():
     assert RolloutGroup.from_dict(json.loads(json.dumps(d))) == g
 
 
+def test_finished_flags_travel_with_the_group_and_default_to_unfinished():
+    g = group(finished=(True, False, True))
+    assert decode_batch(encode_batch([g]))[0].finished == (True, False, True)
+    assert g.to_dict()["finished"] == [True, False, True]
+    # a group built without flags claims nothing: no end token will be trained for it
+    assert group().finished == (False, False, False)
+    assert group(finished=(False, False, True)).group_id == g.group_id  # content, not flags
+
+
+def test_an_old_version_batch_says_what_to_do():
+    old = {k: v for k, v in valid_dict().items() if k != "finished"}
+    with pytest.raises(RolloutError) as e:
+        decode_batch(json.dumps({"version": 1, "groups": [{**old, "version": 1}]}).encode())
+    assert e.value.reason == "old_version"
+    assert "version 1" in str(e.value) and "upgrade sapo-edge on that node" in str(e.value)
+
+
 def test_group_id_depends_on_task_and_completions_only():
     g = group()
     assert len(g.group_id) == 32 and int(g.group_id, 16) >= 0
@@ -126,12 +143,18 @@ def without(name: str) -> dict[str, Any]:
 
 BAD_GROUPS = [
     ("not an object", ["a list"], "bad_type"),
-    ("future version", with_(version=2), "unknown_version"),
-    ("string version", with_(version="1"), "unknown_version"),
+    ("future version", with_(version=3), "unknown_version"),
+    ("old version", with_(version=1), "old_version"),
+    ("string version", with_(version="2"), "unknown_version"),
     ("bool version", with_(version=True), "unknown_version"),
     ("no version", without("version"), "missing_field"),
     ("no completions", without("completions"), "missing_field"),
     ("no producer", without("producer"), "missing_field"),
+    ("no finished flags", without("finished"), "missing_field"),
+    ("finished not a list", with_(finished=True), "bad_type"),
+    ("finished as numbers", with_(finished=[1, 0, 0]), "bad_type"),
+    ("finished as strings", with_(finished=["true", "false", "true"]), "bad_type"),
+    ("one finished flag short", with_(finished=[True, False]), "bad_shape"),
     ("extra field", with_(tokens=[1, 2, 3]), "unknown_field"),
     ("extra group_id", with_(group_id="f" * 32), "unknown_field"),
     ("question not str", with_(question=3), "bad_type"),
@@ -236,15 +259,17 @@ def test_default_caps():
         (b"\xff", "bad_utf8"),
         (b"{nope", "bad_json"),
         (b"[]", "bad_type"),
-        (b'{"version": 1}', "missing_field"),
+        (b'{"version": 2}', "missing_field"),
         (b'{"groups": []}', "missing_field"),
-        (b'{"version": 2, "groups": []}', "unknown_version"),
-        (b'{"version": 1, "groups": {}}', "bad_type"),
-        (b'{"version": 1, "groups": [], "extra": 0}', "unknown_field"),
-        (b'{"version": 1, "version": 1, "groups": []}', "duplicate_key"),
-        (b'{"version": 1, "groups": [' + b"[" * 100_000, "too_deep"),
-        (b'{"version": 1, "groups": [], "n": 1' + b"0" * 30 + b"}", "huge_int"),
-        (b'{"version": 1, "groups": ["\\udc00"]}', "bad_unicode"),
+        (b'{"version": 3, "groups": []}', "unknown_version"),
+        (b'{"version": 1, "groups": []}', "old_version"),
+        (b'{"version": 0, "groups": []}', "unknown_version"),
+        (b'{"version": 2, "groups": {}}', "bad_type"),
+        (b'{"version": 2, "groups": [], "extra": 0}', "unknown_field"),
+        (b'{"version": 2, "version": 2, "groups": []}', "duplicate_key"),
+        (b'{"version": 2, "groups": [' + b"[" * 100_000, "too_deep"),
+        (b'{"version": 2, "groups": [], "n": 1' + b"0" * 30 + b"}", "huge_int"),
+        (b'{"version": 2, "groups": ["\\udc00"]}', "bad_unicode"),
     ],
 )
 def test_bad_batch_is_rejected_with_its_reason(data, code):

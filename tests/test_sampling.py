@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import threading
@@ -277,3 +278,27 @@ def test_thread_safety_counts_add_up():
     )
     assert len(sampled) == s["used"] and len({g.group_id for g in sampled}) == len(sampled)
     assert s["size"] == len(pool) <= 300
+
+
+def test_pool_state_round_trips_and_a_stopped_round_gives_its_groups_back():
+    pool = ExternalPool("me", freshness_rounds=1)
+    for i in range(4):
+        pool.add(rg(i), local_round=i)
+    pool.add(rg(0), 4)  # a duplicate, counted
+    snap = pool.snapshot()
+    taken = pool.sample(2, 4, verify, random.Random(0))
+    assert len(taken) == 2 and len(pool) == 2
+    pool.restore(snap)  # the round that took them stopped before training
+    assert len(pool) == 4 and pool.stats() == {**pool.stats(), "used": 0, "duplicate": 1}
+    again = pool.sample(2, 4, verify, random.Random(0))
+    assert [g.group_id for g in again] == [g.group_id for g in taken]
+
+    state = pool.state_dict()
+    copy = ExternalPool("me", freshness_rounds=1)
+    assert copy.load_state_dict(json.loads(json.dumps(state))) == 0
+    assert copy.stats() == pool.stats() and not copy.add(rg(3), 5)  # seen ids kept: duplicate
+    old = json.loads(json.dumps(state))
+    del old["entries"][0][0]["finished"]  # a group saved by an older format
+    assert ExternalPool("me").load_state_dict(old) == 1
+    with pytest.raises(ValueError, match="saved state"):
+        ExternalPool("me").load_state_dict({"version": 99})

@@ -32,7 +32,9 @@ def test_special_tokens_are_single_ids(loaded) -> None:
     for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
         assert len(tok.encode(special, add_special_tokens=False)) == 1
     assert model.config.eos_token_id == tok.eos_token_id
-    assert model.generation_config.eos_token_id == tok.eos_token_id
+    # Qwen2.5-Instruct's order: the turn end first, then <|endoftext|> (the smaller id)
+    assert model.generation_config.eos_token_id == [tok.eos_token_id, tok.pad_token_id]
+    assert tok.pad_token_id < tok.eos_token_id
     assert model.config.pad_token_id == tok.pad_token_id
 
 

@@ -9,13 +9,20 @@ from sapo_edge.backends.torch_backend import TorchBackend
 from sapo_edge.config import Config
 
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
-GOOD = Sample(MSGS, "<answer>5</answer>", 1.0)
-BAD = Sample(MSGS, "the answer is 7", -1.0)
 
 
 def _backend(tiny_qwen: Path, adapter: str, **kw) -> TorchBackend:
     cfg = Config(model=str(tiny_qwen), max_new_tokens=16, lora_r=4, learning_rate=1e-3, **kw)
     return TorchBackend(tiny_qwen, cfg, adapter=adapter, device="cpu", log=lambda m: None)
+
+
+def _sample(b, messages, text: str, adv: float, finished: bool = True) -> Sample:
+    c = b.encode_completion(text, finished=finished, max_new_tokens=b.cfg.max_new_tokens)
+    return Sample(messages, c, adv)
+
+
+def _good_bad(b) -> list[Sample]:
+    return [_sample(b, MSGS, "<answer>5</answer>", 1.0), _sample(b, MSGS, "the answer is 7", -1.0)]
 
 
 def _total(b: TorchBackend, samples: list[Sample]) -> list[float]:
@@ -47,18 +54,21 @@ def test_generate_returns_n_completions_per_prompt(tiny_qwen):
 
 def test_grpo_step_raises_positive_and_lowers_negative(tiny_qwen):
     b = _backend(tiny_qwen, "step")
-    before = _total(b, [GOOD, BAD])
-    stats = b.train_step([GOOD, BAD])
-    after = _total(b, [GOOD, BAD])
+    before = _total(b, _good_bad(b))
+    stats = b.train_step(_good_bad(b))
+    after = _total(b, _good_bad(b))
     assert stats.sequences == 2 and stats.tokens > 0 and stats.grad_norm > 0
     assert after[0] > before[0]
     assert after[1] < before[1]
 
 
 def test_micro_batching_gives_the_same_update(tiny_qwen, tmp_path):
-    samples = [GOOD, BAD, Sample(MSGS, "5", 0.5), Sample(MSGS, "<answer>6</answer> no", -0.5)]
     one = _backend(tiny_qwen, "mb_all", micro_batch_size=8)
     split = _backend(tiny_qwen, "mb_one", micro_batch_size=1)
+    samples = _good_bad(one) + [
+        _sample(one, MSGS, "5", 0.5),
+        _sample(one, MSGS, "<answer>6</answer> no", -0.5),
+    ]
     one.save(tmp_path)
     split.load(tmp_path)  # same starting LoRA weights (each adapter starts from its own random A)
     one.train_step(samples)
@@ -70,13 +80,14 @@ def test_micro_batching_gives_the_same_update(tiny_qwen, tmp_path):
 def test_adapters_of_two_nodes_are_independent_and_save_load_restores(tiny_qwen, tmp_path):
     a = _backend(tiny_qwen, "node_a")
     b = _backend(tiny_qwen, "node_b")
-    base = _total(b, [GOOD])
-    a.train_step([GOOD, BAD])
-    assert _total(b, [GOOD]) == pytest.approx(base)  # training a did not move b
-    assert _total(a, [GOOD]) != pytest.approx(base)
+    good_bad = _good_bad(a)
+    base = _total(b, good_bad[:1])
+    a.train_step(good_bad)
+    assert _total(b, good_bad[:1]) == pytest.approx(base)  # training a did not move b
+    assert _total(a, good_bad[:1]) != pytest.approx(base)
     a.save(tmp_path)
     b.load(tmp_path)
-    assert _total(b, [GOOD, BAD]) == pytest.approx(_total(a, [GOOD, BAD]), abs=1e-5)
+    assert _total(b, good_bad) == pytest.approx(_total(a, good_bad), abs=1e-5)
 
 
 def test_load_rejects_a_checkpoint_of_another_lora_shape(tiny_qwen, tmp_path):
@@ -97,19 +108,20 @@ def test_logprobs_with_prefix_sharing_match_a_plain_forward_pass(tiny_qwen):
 
     b = _backend(tiny_qwen, "parity", micro_batch_size=3)
     long_q = [{"role": "user", "content": "Calculate 2 + 3 and then explain every step in detail."}]
-    samples = [
-        GOOD,
-        BAD,
-        Sample(MSGS, "7", 0.5, finished=False),
-        Sample(long_q, "<answer>5</answer>", 1.0),
-        Sample(long_q, "five", -1.0),
+    texts = [
+        (MSGS, "<answer>5</answer>", True),
+        (MSGS, "the answer is 7", True),
+        (MSGS, "7", False),
+        (long_q, "<answer>5</answer>", True),
+        (long_q, "five", True),
     ]
+    samples = [_sample(b, m, t, 1.0, f) for m, t, f in texts]
     got = b.logprobs(samples)
-    for s, lp in zip(samples, got, strict=True):
-        prompt = b._prompt_ids(s.messages)
-        comp = b.tok(s.completion, add_special_tokens=False)["input_ids"] + (
-            [b.eos_ids[0]] if s.finished else []
-        )
+    im_end = b.tok.convert_tokens_to_ids("<|im_end|>")  # the reference's own end of turn
+    for (msgs, text, finished), lp in zip(texts, got, strict=True):
+        prompt = b.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+        prompt = list(prompt if isinstance(prompt, list) else prompt["input_ids"])
+        comp = b.tok(text, add_special_tokens=False)["input_ids"] + ([im_end] if finished else [])
         with torch.no_grad():
             logits = b.model(input_ids=torch.tensor([prompt + comp])).logits[0].float()
         ref = torch.log_softmax(logits[len(prompt) - 1 : -1], -1).gather(
@@ -140,3 +152,43 @@ def test_prefix_shared_generation_matches_transformers_generate(tiny_qwen):
         end = next((j for j, t in enumerate(row) if t in b.eos_ids), len(row))
         want = b.tok.decode(row[:end], skip_special_tokens=True)
         assert [g.text for g in grp] == [want, want]
+
+
+def test_configure_takes_run_time_settings_and_refuses_load_time_ones(tiny_qwen, tmp_path):
+    import dataclasses
+
+    b = _backend(tiny_qwen, "conf")
+    samples = _good_bad(b)
+    before = _total(b, samples)
+    b.configure(dataclasses.replace(b.cfg, temperature=0.5, learning_rate=2e-3))
+    assert [g["lr"] for g in b.optimizer.param_groups] == [2e-3]
+    assert _total(b, samples) != pytest.approx(before)  # log-probs at the new temperature
+    with pytest.raises(ValueError, match="lora_r.*restart"):
+        b.configure(dataclasses.replace(b.cfg, lora_r=8))
+    b.train_step(samples)
+    b.save(tmp_path)
+    b.configure(dataclasses.replace(b.cfg, learning_rate=1e-4))
+    b.load(tmp_path)  # the saved optimizer's lr (2e-3) does not override this run's setting
+    assert [g["lr"] for g in b.optimizer.param_groups] == [1e-4]
+
+
+def test_lora_dropout_masks_come_from_the_seed_and_step_so_a_resume_repeats_them(
+    tiny_qwen, tmp_path
+):
+    import torch
+
+    a, b = (
+        _backend(tiny_qwen, "drop_a", lora_dropout=0.5),
+        _backend(tiny_qwen, "drop_b", lora_dropout=0.5),
+    )
+    a.reset(4)
+    b.reset(4)
+    samples = _good_bad(a)
+    a.train_step(samples)
+    a.save(tmp_path)  # b resumes from a's checkpoint after a's first step
+    b.load(tmp_path)
+    torch.manual_seed(123)  # the global stream differs: the masks must not depend on it
+    a.train_step(samples)
+    torch.manual_seed(456)
+    b.train_step(samples)
+    assert _total(a, samples) == _total(b, samples)

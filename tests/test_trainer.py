@@ -9,13 +9,14 @@ import json
 import time
 
 import pytest
-from scripted import Quiet, ScriptedBackend, make_cfg, make_node
+from scripted import END, Quiet, ScriptedBackend, decode, encode, make_cfg, make_node, stop_at_check
 from task_configs import ONE_DIGIT_ADD
 
+from sapo_edge.control import apply_settings
 from sapo_edge.rollout import RolloutGroup, encode_batch
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.tasks import TaskRef
-from sapo_edge.trainer import Node
+from sapo_edge.tasks import TaskRef, regenerate
+from sapo_edge.trainer import Node, RoundStopped
 
 
 def test_round_trains_on_own_and_external_groups(tmp_path):
@@ -55,18 +56,22 @@ def test_zero_advantage_groups_are_never_trained_on(tmp_path):
     assert node.backend.steps == []  # nothing to learn from: no step at all
 
 
-def _forged_group(task_ref: TaskRef, completions: list[str]) -> RolloutGroup:
+def _forged_group(task_ref: TaskRef, completions: list[str], question: str | None = None):
     return RolloutGroup(
         task_ref,
-        "Calculate 1 + 1.",
+        regenerate(task_ref).question if question is None else question,
         "999",
         tuple(completions),
-        tuple([1.0, 0.0, 0.0, 0.0]),
+        tuple([1.0, 0.0, 0.0, 0.0][: len(completions)]),
         "id-liar",
         "scripted",
         0,
         time.time(),
+        finished=(True,) * len(completions),
     )
+
+
+REF = TaskRef.make("basic_arithmetic", ONE_DIGIT_ADD, seed=12345, index=3)
 
 
 def test_forged_answer_and_rewards_are_replaced_by_local_verification(tmp_path):
@@ -74,22 +79,128 @@ def test_forged_answer_and_rewards_are_replaced_by_local_verification(tmp_path):
     hub = InProcessHub()
     node = make_node(cfg, "a", hub.connect("id-a"))
     liar = hub.connect("id-liar")
-    ref = TaskRef.make("basic_arithmetic", ONE_DIGIT_ADD, seed=12345, index=3)
-    from sapo_edge.tasks import regenerate
-
-    truth = regenerate(ref).answer
-    # the liar claims its first (wrong) completion is right and sends a bogus question text
+    truth = regenerate(REF).answer
+    # the liar claims its first (wrong) completion is right and its answer is 999
     liar.publish(
         encode_batch(
-            [_forged_group(ref, ["<answer>999</answer>"] + [f"<answer>{truth}</answer>"] * 3)]
+            [_forged_group(REF, ["<answer>999</answer>"] + [f"<answer>{truth}</answer>"] * 3)]
         )
     )
     node.run_round()
     (step,) = node.backend.steps
     assert [s.advantage > 0 for s in step] == [False, True, True, True]  # re-scored here
-    assert all(
-        s.messages[-1]["content"] == regenerate(ref).question for s in step
-    )  # regenerated prompt
+    assert all(s.messages[-1]["content"] == regenerate(REF).question for s in step)
+
+
+def test_a_peer_group_for_another_question_is_rejected_with_its_reason(tmp_path):
+    """A peer whose reasoning-gym builds another question from the same TaskRef (version skew):
+    its answers would be trained under our prompt, so the group is refused and counted."""
+    cfg = make_cfg(tmp_path, local_samples=1, external_samples=1)
+    hub = InProcessHub()
+    node = make_node(cfg, "a", hub.connect("id-a"))
+    truth = regenerate(REF).answer
+    group = _forged_group(
+        REF, [f"<answer>{truth}</answer>", "<answer>0</answer>"], "Calculate 1 + 1."
+    )
+    hub.connect("id-liar").publish(encode_batch([group]))
+    report = node.run_round()
+    assert report.received == 1 and report.pool["question_mismatch"] == 1
+    assert report.external_used == 0 and report.pool["used"] == 0
+    assert all(s.messages[-1]["content"] != "Calculate 1 + 1." for s in node.backend.steps[0])
+
+
+def test_an_old_format_batch_is_rejected_with_its_reason_not_a_crash(tmp_path):
+    """Format version 1 had no `finished` flags: a receiver could not tell a cut completion from
+    a finished one. A node of this version counts such a batch as old_version and runs on."""
+    cfg = make_cfg(tmp_path, local_samples=1, external_samples=1)
+    hub = InProcessHub()
+    node = make_node(cfg, "a", hub.connect("id-a"))
+    old = _forged_group(REF, ["<answer>1</answer>", "<answer>2</answer>"]).to_dict()
+    del old["finished"]
+    old["version"] = 1
+    hub.connect("id-old").publish(json.dumps({"version": 1, "groups": [old]}).encode())
+    report = node.run_round()
+    assert report.pool["old_version"] == 1 and report.received == 0
+    assert report.local_used == 1
+    (row,) = node.peer_tally.snapshot()
+    assert row.node_id == "id-old" and row.rejected == 1 and "old_version" in row.top_rejection
+
+
+def test_own_completions_cut_at_max_new_tokens_are_trained_and_published_unfinished(tmp_path):
+    """Fails if the trainer forced finished=True: a completion cut by the length limit must be
+    trained without an end token (no lesson to stop mid-sentence), here and on every peer."""
+    cfg = make_cfg(tmp_path, max_new_tokens=24, local_samples=2, external_samples=2)
+    hub = InProcessHub()
+    a = make_node(cfg, "a", hub.connect("id-a"), ramble=10)  # wrong answers ramble: cut at 24
+    b = make_node(make_cfg(tmp_path, max_new_tokens=64), "b", hub.connect("id-b"))  # room for 64
+    a.run_round()
+    assert a.backend.calls[0]["max_new_tokens"] == 24
+    own = a.backend.steps[0]
+    right = [s for s in own if s.advantage > 0]
+    cut = [s for s in own if s.advantage < 0]
+    assert len(right) == 2 and len(cut) == 6
+    assert all(s.completion.end_id == END and s.completion.finished for s in right)
+    for s in cut:  # exactly the ids emitted: the first 24 characters, no end token
+        assert s.completion.end_id is None and not s.completion.finished
+        assert len(s.completion.trained_ids) == 24
+        assert s.completion.text == ("so " * 10)[:24] == decode(s.completion.ids)
+    b.run_round()  # b receives a's groups with their finished flags and trains on them
+    external = [s for s in b.backend.steps[0] if s.messages[-1]["content"] not in _questions(b)]
+    assert len(external) == 8
+    assert sorted(s.completion.finished for s in external) == [False] * 6 + [True] * 2
+    for s in external:  # b's limit is 64: only the flag says a's 24 characters were cut
+        assert s.completion.finished == (s.advantage > 0)
+        want = [*encode(s.completion.text), END] if s.advantage > 0 else encode(("so " * 10)[:24])
+        assert s.completion.trained_ids == want
+
+
+def _questions(node) -> set[str]:
+    return {s.messages[-1]["content"] for s in node.backend.steps[-1][: 4 * node.cfg.local_samples]}
+
+
+def test_a_peer_completion_longer_than_max_new_tokens_is_cut_and_rescored_on_the_cut_text(
+    tmp_path,
+):
+    """The peer's long completion reaches the right answer after 20 words; cut at 24 tokens here
+    it never does: scored on the cut text (reward 0, negative advantage), trained unfinished."""
+    cfg = make_cfg(tmp_path, max_new_tokens=24, local_samples=0, external_samples=1)
+    hub = InProcessHub()
+    node = make_node(cfg, "a", hub.connect("id-a"))
+    truth = regenerate(REF).answer
+    long_right = "so " * 20 + f"<answer>{truth}</answer>"
+    texts = [long_right, f"<answer>{truth}</answer>", "<answer>99</answer>", "<answer>98</answer>"]
+    hub.connect("id-liar").publish(encode_batch([_forged_group(REF, texts)]))
+    report = node.run_round()
+    assert report.pool["peer_cut"] == 1 and report.pool["used"] == 1
+    (step,) = node.backend.steps
+    cut = step[0].completion
+    assert cut.text == long_right[:24] and not cut.finished and step[0].advantage < 0
+    assert [s.advantage > 0 for s in step] == [False, True, False, False]
+    assert [s.completion.finished for s in step] == [False, True, True, True]
+    (group,) = node.last_groups.external
+    assert group.completions[0] == long_right[:24] and group.rewards == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_zero_advantage_completions_stay_in_the_training_step(tmp_path):
+    """With lenient rewards (1 tagged, 0.5 untagged, 0 wrong) the middle completion of a group of
+    three has advantage exactly 0: it is still trained (token normaliser, KL term)."""
+    cfg = make_cfg(
+        tmp_path,
+        group_size=3,
+        local_samples=0,
+        external_samples=1,
+        lenient=True,
+        lenient_credit=0.5,
+    )
+    hub = InProcessHub()
+    node = make_node(cfg, "a", hub.connect("id-a"))
+    truth = regenerate(REF).answer
+    texts = [f"<answer>{truth}</answer>", f"it is {truth}", "<answer>99</answer>"]
+    hub.connect("id-liar").publish(encode_batch([_forged_group(REF, texts)]))
+    node.run_round()
+    (step,) = node.backend.steps
+    assert [s.completion.text for s in step] == texts
+    assert step[1].advantage == 0.0 and step[0].advantage > 0 > step[2].advantage
 
 
 def test_bad_payloads_and_foreign_tasks_are_counted_not_fatal(tmp_path):
@@ -113,8 +224,10 @@ def test_bad_payloads_and_foreign_tasks_are_counted_not_fatal(tmp_path):
 def test_resume_continues_the_same_question_stream(tmp_path):
     cfg = make_cfg(tmp_path / "x", checkpoint_every=2)
     straight = make_node(cfg, "n", InProcessHub().connect("id-n"))
-    for _ in range(3):
+    for _ in range(2):
         straight.run_round()
+    straight_after_two = straight.backend.weights
+    straight.run_round()
 
     cfg2 = make_cfg(tmp_path / "y", checkpoint_every=2)
     first = make_node(cfg2, "n", InProcessHub().connect("id-n"))
@@ -124,7 +237,7 @@ def test_resume_continues_the_same_question_stream(tmp_path):
         first.run_round()
     resumed = make_node(cfg2, "n", InProcessHub().connect("id-n"))
     assert resumed.resume() is True
-    assert resumed.round == 2 and resumed.backend.weights == 2
+    assert resumed.round == 2 and resumed.backend.weights == straight_after_two
     metrics = (tmp_path / "y" / "n" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(m)["round"] for m in metrics] == [0, 1]  # the lost round's line is dropped
     resumed.run_round()
@@ -150,3 +263,73 @@ def test_resume_without_checkpoint_starts_fresh_and_other_model_is_refused(tmp_p
     )
     with pytest.raises(ValueError, match="another-model"):
         other.resume()
+
+
+TIMINGS = ("gen_seconds", "train_seconds", "round_seconds", "time", "peak_rss_mb")
+
+
+def _metrics(node) -> list[dict]:
+    rows = [json.loads(line) for line in node.metrics_path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+
+
+def _swarm_run(tmp_path, stop_before: int | None, rounds: int = 4, stop_round: int = 2):
+    """Node n trains 4 rounds beside a scripted peer that publishes every round. With
+    stop_before=k, round 2 is stopped at the k-th stop check (1 generating, 2 scoring, 3 sharing,
+    4 training), checkpointed, and a new node (a restarted process) resumes from the checkpoint."""
+    cfg = make_cfg(tmp_path, local_samples=1, external_samples=2, max_peer_share=0.5)
+    hub = InProcessHub()
+    peer = make_node(make_cfg(tmp_path, questions_per_round=3), "p", hub.connect("id-p"), right=2)
+    transport = hub.connect("id-n")
+    node = make_node(cfg, "n", transport)
+    for r in range(rounds):
+        peer.run_round()
+        if r == stop_round and stop_before is not None:
+            node.stop_check = stop_at_check(stop_before)
+            with pytest.raises(RoundStopped):
+                node.run_round()
+            node.save()
+            node = make_node(cfg, "n", transport)
+            assert node.resume() and node.round == stop_round
+        node.run_round()
+    return node
+
+
+@pytest.mark.parametrize(
+    "stop_before", [1, 2, 3, 4], ids=["generating", "scoring", "sharing", "training"]
+)
+def test_a_run_stopped_mid_round_and_resumed_is_the_uninterrupted_run(tmp_path, stop_before):
+    straight = _swarm_run(tmp_path / "straight", None)
+    resumed = _swarm_run(tmp_path / "stopped", stop_before)
+    assert resumed.backend.weights == straight.backend.weights  # every step trained the same
+    assert _metrics(resumed) == _metrics(straight)  # rewards, groups used, pool counters...
+    assert resumed.pool.stats() == straight.pool.stats()
+    # one group per round from the one peer (max_peer_share), the rest waiting in the pool
+    assert [m["external_used"] for m in _metrics(straight)] == [1, 1, 1, 1]
+    assert straight.pool.stats()["size"] == 8
+    assert resumed.sampler.state_dict() == straight.sampler.state_dict()
+    assert resumed.rng.getstate() == straight.rng.getstate()
+
+
+def test_two_fresh_nodes_with_the_same_settings_start_from_the_same_weights(tmp_path):
+    cfg = make_cfg(tmp_path)
+    a = make_node(cfg, "n", InProcessHub().connect("id-n"))
+    b = make_node(make_cfg(tmp_path / "b"), "n", InProcessHub().connect("id-n"))
+    c = make_node(make_cfg(tmp_path / "c", seed=1), "n", InProcessHub().connect("id-n"))
+    assert a.backend.weights == b.backend.weights != c.backend.weights
+
+
+def test_settings_changed_at_run_time_reach_the_backend_or_are_refused(tmp_path):
+    node = make_node(make_cfg(tmp_path), "a", InProcessHub().connect("id-a"))
+    logs: list[str] = []
+    apply_settings(node, {"temperature": 0.01, "learning_rate": 1e-3, "lenient": True}, logs.append)
+    assert node.backend.configured[-1] is node.cfg and node.cfg.learning_rate == 1e-3
+    assert node.rewards.lenient is True
+    node.run_round()
+    assert node.backend.calls[-1]["temperature"] == 0.01  # greedy now: the group is all alike
+    assert node.backend.steps == []
+    for refused in ({"lora_r": 8}, {"domains": {"bf": 1.0}}, {"seed": 3, "learning_rate": 1.0}):
+        apply_settings(node, refused, logs.append)
+        assert logs[-1].startswith("settings not applied") and "restart" in logs[-1]
+    assert node.cfg.lora_r == 16 and node.cfg.learning_rate == 1e-3  # nothing of it applied
+    assert len(node.backend.configured) == 1

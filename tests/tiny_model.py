@@ -1,5 +1,10 @@
 """Build a tiny random Qwen2 model + ChatML tokenizer offline, in seconds, for tests and benchmarks.
 
+Shaped like Qwen2.5-Instruct where it matters for training: turns end with <|im_end|>, the
+generation config lists two end ids in Qwen's order [<|im_end|>, <|endoftext|>] (sorted, the
+smaller is <|endoftext|>, which the model never ends a turn with), and the tokenizer normalises
+text to NFC. `build_other_tokenizer()` is another family's (Llama-3-like specials), for peer text.
+
 Usage: `python tests/tiny_model.py OUT_DIR`, or `build_tiny_qwen(path)` from code.
 """
 
@@ -48,10 +53,11 @@ def _corpus() -> list[str]:
 
 def build_tokenizer():
     """A byte-level BPE trained on the built-in corpus, wrapped as a transformers fast tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()  # as Qwen2's tokenizer.json
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -71,6 +77,28 @@ def build_tokenizer():
     )
 
 
+OTHER_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+
+def build_other_tokenizer():
+    """Another model family's tokenizer (Llama-3-like specials, its own merges, no normaliser):
+    decoding its ids gives the kind of text a peer with another model publishes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=OTHER_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus()[::-1][:300] + ["Résumé: naïve café, 12 × 4 = 48 ✓"], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eot_id|>")
+
+
 def build_tiny_qwen(path: Path) -> Path:
     """Save a random 2-layer Qwen2 (float32, safetensors) and its tokenizer to `path`; returns it."""
     import torch
@@ -79,7 +107,7 @@ def build_tiny_qwen(path: Path) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id  # <|im_end|>, <|endoftext|>
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -91,13 +119,14 @@ def build_tiny_qwen(path: Path) -> Path:
         tie_word_embeddings=True,
         eos_token_id=eos,
         pad_token_id=pad,
-        bos_token_id=None,
+        bos_token_id=pad,
         dtype="float32",
     )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(torch.float32)
+    # Qwen2.5-Instruct's generation_config.json: eos_token_id [151645 <|im_end|>, 151643 <|endoftext|>]
     model.generation_config = GenerationConfig(
-        eos_token_id=eos, pad_token_id=pad, bos_token_id=None
+        eos_token_id=[eos, pad], pad_token_id=pad, bos_token_id=pad
     )
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -18,6 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
+import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.sample_utils import apply_top_p
@@ -27,8 +28,15 @@ from mlx_lm.utils import load_model
 from transformers import AutoTokenizer
 
 from ..config import Config
-from .base import Generation, Sample, StepStats, peak_rss_mb
-from .tokens import prompt_ids, training_sequences
+from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
+from .lora_init import lora_a_init, step_seed
+from .tokens import (
+    encode_completion,
+    end_tokens,
+    prompt_ids,
+    sampled_completion,
+    training_sequences,
+)
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -41,7 +49,8 @@ DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 class _SharedBase:
     model: nn.Module
     tokenizer: object
-    eos_ids: list[int]
+    eos_ids: list[int]  # generation stops on any of these
+    eot_id: int  # the chat template's end of turn: closes a peer's finished completion
     adapters: set[str] = field(default_factory=set)
     active: str | None = None  # whose LoRA weights are in the model now
 
@@ -55,15 +64,14 @@ def resolve_dtype(dtype: str) -> mx.Dtype:
     return DTYPES[dtype]
 
 
-def _eos_ids(model_dir: Path, tok) -> list[int]:
-    ids = {tok.eos_token_id}
+def _configured_eos(model_dir: Path) -> list[int]:
+    """The eos ids of generation_config.json (else config.json), in the order they are listed."""
     for name in ("generation_config.json", "config.json"):
         f = Path(model_dir) / name
         if f.is_file():
             eos = json.loads(f.read_text()).get("eos_token_id")
-            ids.update(eos if isinstance(eos, list) else [eos])
-            break
-    return sorted(i for i in ids if i is not None)
+            return eos if isinstance(eos, list) else [eos]
+    return []
 
 
 def _rope_overrides(model_dir: Path) -> dict:
@@ -105,7 +113,7 @@ def _load_shared(model_dir: Path, cfg: Config, dtype: mx.Dtype, log) -> _SharedB
     linear_to_lora_layers(model, len(model.layers), lora)
     mx.eval(model.parameters())
     log(f"loaded {model_dir} with MLX on {mx.default_device()} as {str(dtype).split('.')[-1]}")
-    return _SharedBase(model, tok, _eos_ids(model_dir, tok))
+    return _SharedBase(model, tok, *end_tokens(tok, _configured_eos(model_dir)))
 
 
 class MlxBackend:
@@ -136,32 +144,69 @@ class MlxBackend:
             )
         shared.adapters.add(adapter)
         self.shared, self.model, self.tok = shared, shared.model, shared.tokenizer
-        self.eos_ids = shared.eos_ids
+        self.eos_ids, self.eot_id = shared.eos_ids, shared.eot_id
         self.pad_id = self.tok.pad_token_id
+        self.compile_step = (self.device == "gpu") if compile_step is None else compile_step
+        self.seed = 0  # the dropout stream's seed; reset() sets it
         self.lora = self._fresh_lora()
-        self.optimizer = optim.AdamW(
-            learning_rate=cfg.learning_rate, weight_decay=0.0, bias_correction=True
+        self.optimizer = self._new_optimizer()
+        self._build_step()
+
+    # ----------------------------------------------------------------------------- helpers
+    def _new_optimizer(self) -> optim.Optimizer:
+        return optim.AdamW(
+            learning_rate=self.cfg.learning_rate, weight_decay=0.0, bias_correction=True
         )
+
+    def _build_step(self) -> None:
+        """The loss's value-and-grad; built again by configure(), since a compiled step keeps the
+        settings (clip, beta, temperature) it was traced with."""
         self._value_and_grad = nn.value_and_grad(self.model, self._loss)
-        if (self.device == "gpu") if compile_step is None else compile_step:
+        if self.compile_step:
             # compiled against the model's state (read at each call, so swapped-in LoRA weights
             # count) and the random state (LoRA dropout); one trace per batch shape. Off by
             # default on CPU, where tracing each new shape costs more than fusion saves.
             state = [self.model.state, mx.random.state]
             self._value_and_grad = mx.compile(self._value_and_grad, inputs=state, outputs=state)
 
-    # ----------------------------------------------------------------------------- helpers
-    def _fresh_lora(self) -> dict[str, mx.array]:
-        """New LoRA weights as peft/mlx-lm initialise them: A uniform(+-1/sqrt(in)), B zero."""
+    def _fresh_lora(self, seed: int | None = None) -> dict[str, mx.array]:
+        """New LoRA weights as peft/mlx-lm initialise them: A uniform(+-1/sqrt(in)), B zero;
+        drawn from seed with lora_init.py (the same tensors torch draws), else from MLX's stream."""
         fresh = {}
         for name, p in tree_flatten(self.model.trainable_parameters()):
-            if name.endswith("lora_a"):
+            if not name.endswith("lora_a"):
+                fresh[name] = mx.zeros(p.shape, p.dtype)
+            elif seed is None:
                 bound = 1 / math.sqrt(p.shape[0])
                 fresh[name] = mx.random.uniform(-bound, bound, p.shape, dtype=p.dtype)
             else:
-                fresh[name] = mx.zeros(p.shape, p.dtype)
+                peft = f"{PEFT_PREFIX}{name.rsplit('.', 1)[0]}.lora_A.weight"
+                init = lora_a_init(peft, p.shape[1], p.shape[0], seed)  # peft layout: (r, in)
+                fresh[name] = mx.array(np.ascontiguousarray(init.T)).astype(p.dtype)
         mx.eval(fresh)
         return fresh
+
+    def reset(self, seed: int) -> None:
+        """Fresh LoRA weights drawn from seed (the same tensors torch draws) and a fresh optimizer."""
+        self.lora = self._fresh_lora(seed)
+        self.optimizer = self._new_optimizer()
+        self.seed = seed
+        if self.shared.active == self.adapter:
+            self.shared.active = None
+            self._activate()
+
+    def configure(self, cfg: Config) -> None:
+        """New run-time settings from the next call (learning rate, clipping, beta, temperature,
+        micro-batch size, prompt length); LoRA shape, dtype and model need a restart."""
+        check_load_time_settings(self.cfg, cfg)
+        self.cfg = cfg
+        self.optimizer.learning_rate = cfg.learning_rate
+        self._build_step()
+
+    def encode_completion(self, text: str, *, finished: bool, max_new_tokens: int) -> Completion:
+        return encode_completion(
+            self.tok, text, finished=finished, max_new_tokens=max_new_tokens, end_id=self.eot_id
+        )
 
     def _activate(self) -> None:
         if self.shared.active != self.adapter:
@@ -224,19 +269,13 @@ class MlxBackend:
                 tokens = tokens[mx.array(keep)]
                 live = [live[r] for r in keep]
             logits = self.model(tokens[:, None], cache=cache)[:, -1, :]
-        results: list[list[Generation]] = []
-        for i, toks in enumerate(out):
-            body = toks[:-1] if finished[i] else toks
-            if i % n == 0:
-                results.append([])
-            results[-1].append(
-                Generation(self.tok.decode(body, skip_special_tokens=True), len(toks), finished[i])
-            )
-        return results
+        # the ids exactly as sampled, the end token kept apart; the text is decoded from them
+        done = [sampled_completion(self.tok, toks, eos) for toks in out]
+        return [done[i : i + n] for i in range(0, len(done), n)]
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
-        return training_sequences(self.tok, samples, self.cfg, self.eos_ids[0])
+        return training_sequences(self.tok, samples, self.cfg)
 
     def _batch(self, seqs) -> tuple[mx.array, ...]:
         """Right-padded prompt+completion rows (positions start at 0 in every row, as in torch)."""
@@ -292,6 +331,9 @@ class MlxBackend:
         out = []
         for s in samples:
             seqs = self._sequences([s])
+            if not seqs:  # nothing to score: an empty unfinished completion
+                out.append([])
+                continue
             ids, where, targets, _, _ = self._batch(seqs)
             out.append(self._completion_logps(ids, where, targets)[0].tolist())
         return out
@@ -303,14 +345,19 @@ class MlxBackend:
         self._activate()
         cfg = self.cfg
         seqs = self._sequences(samples)
+        # token-level normaliser over every completion of the step, zero-advantage ones included
         total_tokens = sum(len(c) for _, c, _ in seqs)
-        if not seqs:
-            return StepStats(0.0, 0, 0, 0.0, 0.0, time.perf_counter() - t0)
+        # at beta=0 a zero-advantage row adds exactly 0 to the loss and its gradient: no forward pass
+        work = [row for row in seqs if row[2] != 0.0 or cfg.beta > 0]
+        if not work:
+            return StepStats(0.0, len(seqs), total_tokens, 0.0, 0.0, time.perf_counter() - t0)
+        if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
+            mx.random.seed(step_seed(self.seed, int(self.optimizer.state.get("step", 0))))
         self.model.train()
         grads, loss_sum, clip_sum = None, mx.array(0.0), mx.array(0.0)
-        starts = range(0, len(seqs), cfg.micro_batch_size)
+        starts = range(0, len(work), cfg.micro_batch_size)
         for i in starts:
-            ids, where, targets, mask, adv = self._batch(seqs[i : i + cfg.micro_batch_size])
+            ids, where, targets, mask, adv = self._batch(work[i : i + cfg.micro_batch_size])
             ref = mx.zeros(mask.shape)
             if cfg.beta > 0:
                 with self._adapter_off():
@@ -407,6 +454,7 @@ class MlxBackend:
                 f"checkpoint {directory} cannot be read ({type(e).__name__}: {e}); delete it to start over."
             ) from None
         self.optimizer.state = state
+        self.optimizer.learning_rate = self.cfg.learning_rate  # this run's, not the saved one
 
     def close(self) -> None:
         """Drop this node's adapter; the shared base goes with the last one."""

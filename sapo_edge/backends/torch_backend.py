@@ -26,8 +26,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.utils import logging as hf_logging
 
 from ..config import Config
-from .base import Generation, Sample, StepStats, peak_rss_mb
-from .tokens import prompt_ids, training_sequences
+from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
+from .lora_init import lora_a_init, step_seed
+from .tokens import (
+    encode_completion,
+    end_tokens,
+    prompt_ids,
+    sampled_completion,
+    training_sequences,
+)
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -129,15 +136,45 @@ class TorchBackend:
         ]
         for p in self.params:
             p.requires_grad_(True)
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=0.0)
-        self.eos_ids = self._eos_ids()
+        self.optimizer = self._new_optimizer()
+        self.seed = 0  # the dropout stream's seed; reset() sets it
+        gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
+        # stop on any eos id; close a peer's finished completion with the template's end of turn
+        self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
 
     # ----------------------------------------------------------------------------- helpers
-    def _eos_ids(self) -> list[int]:
-        ids = {self.tok.eos_token_id}
-        gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
-        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-        return sorted(i for i in ids if i is not None)
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.params, lr=self.cfg.learning_rate, weight_decay=0.0)
+
+    def reset(self, seed: int) -> None:
+        """Fresh LoRA weights drawn from seed (lora_init.py: torch and MLX draw the same ones)
+        and a fresh optimizer."""
+        tag = f".{self.adapter}."
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if "lora_" not in name or tag not in name:
+                    continue
+                if ".lora_A." in name:
+                    peft_name = name.replace(tag, ".")
+                    init = lora_a_init(peft_name, p.shape[0], p.shape[1], seed)
+                    p.copy_(torch.from_numpy(init).to(p.dtype))
+                else:
+                    p.zero_()
+        self.optimizer = self._new_optimizer()
+        self.seed = seed
+
+    def configure(self, cfg: Config) -> None:
+        """New run-time settings from the next call (learning rate, clipping, beta, temperature,
+        micro-batch size, prompt length); LoRA shape, dtype and model need a restart."""
+        check_load_time_settings(self.cfg, cfg)
+        self.cfg = cfg
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.learning_rate
+
+    def encode_completion(self, text: str, *, finished: bool, max_new_tokens: int) -> Completion:
+        return encode_completion(
+            self.tok, text, finished=finished, max_new_tokens=max_new_tokens, end_id=self.eot_id
+        )
 
     def _activate(self) -> None:
         if self.model.active_adapter != self.adapter:
@@ -204,17 +241,13 @@ class TorchBackend:
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
             cur, pos = nxt[:, None], pos + 1
             mask = torch.cat([mask, mask.new_ones(len(mask), 1)], 1)
-        results: list[list[Generation]] = []
-        for i, toks in enumerate(out):
-            text = self.tok.decode(toks[:-1] if ended[i] else toks, skip_special_tokens=True)
-            if i % n == 0:
-                results.append([])
-            results[-1].append(Generation(text, len(toks), ended[i]))
-        return results
+        # the ids exactly as sampled, the end token kept apart; the text is decoded from them
+        done = [sampled_completion(self.tok, toks, self.eos_ids) for toks in out]
+        return [done[i : i + n] for i in range(0, len(done), n)]
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
-        return training_sequences(self.tok, samples, self.cfg, self.eos_ids[0])
+        return training_sequences(self.tok, samples, self.cfg)
 
     def _micro_batches(self, seqs: list) -> list[list]:
         """Rows that share a prompt, at most micro_batch_size of them: each is one forward pass."""
@@ -280,7 +313,7 @@ class TorchBackend:
         """Per-token log-probs of each sample's completion under this node's policy (input order)."""
         self._activate()
         self.model.eval()
-        seqs = [(*self._sequences([s])[0], i) for i, s in enumerate(samples)]
+        seqs = [(*row, i) for i, s in enumerate(samples) for row in self._sequences([s])]
         out: list[list[float]] = [[] for _ in samples]
         for mb in self._micro_batches(seqs):
             logp, _ = self._completion_logps(mb[0][0], [c for _, c, _, _ in mb])
@@ -294,7 +327,39 @@ class TorchBackend:
         self.model.train()
         cfg = self.cfg
         seqs = self._sequences(samples)
+        # token-level normaliser over every completion of the step, zero-advantage ones included
         total_tokens = sum(len(c) for _, c, _ in seqs)
+        # at beta=0 a zero-advantage row adds exactly 0 to the loss and its gradient: no forward pass
+        work = [row for row in seqs if row[2] != 0.0 or cfg.beta > 0]
+        dev = torch.device(self.device)
+        fork = {"devices": [dev.index or 0], "device_type": dev.type} if dev.type != "cpu" else {}
+        with torch.random.fork_rng(**{"devices": [], **fork}, enabled=cfg.lora_dropout > 0):
+            if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
+                torch.manual_seed(step_seed(self.seed, self._steps_taken()))
+            loss_sum, clipped = self._accumulate(work, total_tokens)
+        grad_norm = 0.0
+        if work:
+            if cfg.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        return StepStats(
+            loss_sum,
+            len(seqs),
+            total_tokens,
+            clipped / max(total_tokens, 1),
+            grad_norm,
+            time.perf_counter() - t0,
+        )
+
+    def _steps_taken(self) -> int:
+        state = self.optimizer.state.get(self.params[0], {}) if self.params else {}
+        return int(state.get("step", 0))
+
+    def _accumulate(self, seqs: list, total_tokens: int) -> tuple[float, float]:
+        """Forward and backward of every micro-batch; gradients add up in the LoRA parameters."""
+        cfg = self.cfg
         loss_sum, clipped = 0.0, 0.0
         for mb in self._micro_batches(seqs):
             logp, mask = self._completion_logps(mb[0][0], [c for _, c, _ in mb])
@@ -322,21 +387,7 @@ class TorchBackend:
                 .sum()
                 .item()
             )
-        grad_norm = 0.0
-        if seqs:
-            if cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.model.eval()
-        return StepStats(
-            loss_sum,
-            len(seqs),
-            total_tokens,
-            clipped / max(total_tokens, 1),
-            grad_norm,
-            time.perf_counter() - t0,
-        )
+        return loss_sum, clipped
 
     # ---------------------------------------------------------------------- persistence
     def save(self, directory: Path) -> None:
@@ -365,6 +416,10 @@ class TorchBackend:
         try:
             result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
             self.optimizer.load_state_dict(optim)
+            for (
+                group
+            ) in self.optimizer.param_groups:  # this run's --learning-rate, not the saved one
+                group["lr"] = self.cfg.learning_rate
         except (RuntimeError, ValueError, KeyError) as e:
             raise ValueError(
                 f"checkpoint {directory} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}"
