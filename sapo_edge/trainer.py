@@ -66,7 +66,8 @@ PHASES = ("sampling", "generating", "scoring", "sharing", "training", "saving")
 
 
 class RoundStopped(Exception):
-    """Raised at a phase boundary when the node's stop check says so; nothing of the round is kept."""
+    """Raised when the node's stop check says so (at a phase boundary, a decode step or a
+    micro-batch of the train step); nothing of the round is kept."""
 
 
 class Callback(Protocol):
@@ -74,6 +75,10 @@ class Callback(Protocol):
     def on_message(self, node: str, text: str) -> None: ...
     def on_phase(self, node: Node, phase: str) -> None:
         """A new phase of the round starts (one of PHASES); optional for callbacks."""
+
+    def on_progress(self, node: Node, phase: str, done: int, total: int, tokens: int) -> None:
+        """Inside generating (decode steps of max_new_tokens, tokens so far) and training
+        (micro-batches); optional for callbacks."""
 
 
 class PrintCallback:
@@ -136,6 +141,7 @@ class Node:
         self.peer_tally = PeerTally()  # per-producer counts of what arrived (peers table)
         self.last_groups = RoundGroups([], [])  # the latest round's groups, set before on_round
         self.stop_check: Callable[[], bool] | None = None  # True: abandon the round (RoundStopped)
+        self.saved: tuple[int, Path] | None = None  # (round, checkpoint) saved or resumed last
         self.out_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(self.out_dir / "config.json")
 
@@ -164,6 +170,9 @@ class Node:
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             seed=self._round_seed(),
+            progress=lambda step, tokens: self._progress(
+                "generating", step, cfg.max_new_tokens, tokens
+            ),
         )
         gen_seconds = time.perf_counter() - t0
 
@@ -228,7 +237,11 @@ class Node:
             for i, (text, adv) in enumerate(zip(g.completions, g.advantages, strict=True))
             if adv != 0.0
         ]
-        stats = self.backend.train_step(samples) if samples else None
+        stats = (
+            self.backend.train_step(samples, lambda k, n: self._progress("training", k, n))
+            if samples
+            else None
+        )
 
         # 7. report and persist
         report = self._report(
@@ -255,6 +268,15 @@ class Node:
         on_phase = getattr(self.callback, "on_phase", None)  # older callbacks may lack it
         if on_phase is not None:
             on_phase(self, phase)
+
+    def _progress(self, phase: str, done: int, total: int, tokens: int = 0) -> None:
+        """Inside generating (every decode step) and training (every micro-batch): a stop request
+        abandons the round here, and the callback may show the progress."""
+        if self.stop_check is not None and self.stop_check():
+            raise RoundStopped(f"round {self.round} stopped while {phase}")
+        on_progress = getattr(self.callback, "on_progress", None)
+        if on_progress is not None:
+            on_progress(self, phase, done, total, tokens)
 
     def _round_seed(self) -> int:
         return (node_seed(self.node_id, self.cfg.seed) * 1_000_003 + self.round) % 2**31
@@ -340,13 +362,15 @@ class Node:
             "sampler": self.sampler.state_dict(),
             "rng": _rng_to_json(self.rng.getstate()),
         }
-        return save_checkpoint(
+        path = save_checkpoint(
             self.checkpoint_dir,
             self.round,
             self.backend.save,
             state,
             keep=self.cfg.keep_checkpoints,
         )
+        self.saved = (self.round, path)
+        return path
 
     def resume(self) -> bool:
         """Continue from the newest complete checkpoint; False when there is none."""
@@ -368,6 +392,7 @@ class Node:
         self.sampler.load_state_dict(st["sampler"])
         self.rng.setstate(_rng_from_json(st["rng"]))
         self.round = int(st["round"])
+        self.saved = (self.round, ckpt.path)
         self._truncate_metrics(self.round)
         self.callback.on_message(
             self.name, f"resumed from {ckpt.path.name}: next round {self.round}"

@@ -23,7 +23,10 @@ class ScriptedBackend:
         self.steps: list[list[Sample]] = []
         self.weights = 0.0
 
-    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
+        for step in range(1, 6):  # five "decode steps", each reported like a real backend's
+            if progress is not None:
+                progress(step, step * n * len(prompts))
         out = []
         for messages in prompts:
             a, b = map(int, re.findall(r"\d+", messages[-1]["content"])[:2])
@@ -35,7 +38,9 @@ class ScriptedBackend:
             )
         return out
 
-    def train_step(self, samples):
+    def train_step(self, samples, progress=None):
+        if progress is not None:
+            progress(0, 1)
         self.steps.append(list(samples))
         self.weights += 1
         return StepStats(0.0, len(samples), 5 * len(samples), 0.0, 1.0, 0.0)

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import resource
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+# generate() calls it after every decode step with (steps done, completion tokens so far);
+# train_step() before every micro-batch with (micro-batches done, micro-batches in all).
+# It may raise (a stop request) to abandon the call: nothing of it is kept.
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,11 @@ class Backend(Protocol):
         temperature: float,
         top_p: float,
         seed: int,
+        progress: Progress | None = None,
     ) -> list[list[Generation]]:
         """n sampled completions for every chat prompt, all in one batched call with the KV cache."""
 
-    def train_step(self, samples: list[Sample]) -> StepStats:
+    def train_step(self, samples: list[Sample], progress: Progress | None = None) -> StepStats:
         """One optimizer step of the clipped GRPO/DAPO loss over all samples (micro-batched)."""
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
