@@ -43,7 +43,7 @@ class NodeHeader(Static):
             return
         room = i.room or "no room"
         self.update(
-            f"[b]{i.name}[/b] ({i.node_id}) · {room} · {i.transport} · [b]{self.state}[/b]\n"
+            f"[b]{i.name}[/b] · {room} · {i.transport} · [b]{self.state}[/b]\n"
             f"{i.backend} on {i.device} · {i.dtype} · {i.model} · "
             f"{i.lora_parameters:,} LoRA params · I={i.local_samples} J={i.external_samples} · "
             f"mem {self.memory_mb:,.0f} MB"

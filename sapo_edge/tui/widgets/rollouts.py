@@ -32,7 +32,7 @@ class RolloutFeed(DataTable):
         for r in self.items:
             colour = "green" if r.reward > 0 else "red"
             self.add_row(
-                str(r.round),
+                str(r.round + 1),  # rounds show 1-based
                 one_line(r.origin, 18),
                 f"[{colour}]{r.reward:.2f}[/]",
                 "[b yellow]Aha![/]" if r.aha else "",
