@@ -215,3 +215,20 @@ def test_applied_settings_are_kept_for_a_resumed_run(tmp_path):
     from sapo_edge.config import Config
 
     assert Config.load(node.out_dir / "config.json").external_samples == 0
+
+
+def test_stop_signals_reach_the_run_and_the_old_handlers_come_back():
+    import os
+    import signal
+
+    from sapo_edge.stopping import exit_code, stop_signals
+
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    got = []
+    with stop_signals(got.append) as received:
+        for n in names:
+            os.kill(os.getpid(), getattr(signal, n))  # handlers run before kill() returns here
+    assert got == names and received == names  # none of them ended this process
+    assert {n: signal.getsignal(getattr(signal, n)) for n in names} == before
+    assert exit_code("SIGINT") == 130 and exit_code("SIGTERM") == 143

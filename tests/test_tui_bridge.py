@@ -109,6 +109,9 @@ def test_errors_become_a_title_and_a_remedy():
     assert title == "Disk full" and "runs/demo" in remedy and "--resume" in remedy
     title, remedy = explain(OSError(errno.EADDRINUSE, "Address already in use"))
     assert title == "Port in use" and "port" in remedy
+    denied = PermissionError(errno.EACCES, "Permission denied", "/srv/runs/node")
+    title, remedy = explain(denied, "/srv/runs")
+    assert title == "Cannot write here" and "/srv/runs/node" in remedy and "--out-dir" in remedy
     title, remedy = explain(RuntimeError("boom"))
     assert "log pane" in remedy and "RuntimeError" in title
 
