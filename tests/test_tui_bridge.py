@@ -183,3 +183,16 @@ def test_nothing_trained_reasons_follow_the_scores_and_settings(tmp_path):
     why, fix = why_nothing_trained(_report(received=3), [untagged], no_own)
     assert why.startswith("I=0") and "no peer group was usable" in why and "Raise I" in fix
     assert why_nothing_trained(_report(local_used=1), [untagged], cfg) is None
+
+
+def test_the_networked_node_passes_progress_on_to_the_dashboard():
+    from sapo_edge.runner import _NetStatus
+
+    got = []
+
+    class Inner:
+        def on_progress(self, node, phase, done, total, tokens):
+            got.append((phase, done, total, tokens))
+
+    _NetStatus(Inner(), NullTransport()).on_progress(None, "generating", 3, 256, 192)
+    assert got == [("generating", 3, 256, 192)]
