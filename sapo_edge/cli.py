@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 from .tui.app import run_dashboard
 
                 return run_dashboard(cfg)
-            runner.run_single(cfg)
+            return runner.run_headless(cfg)
         elif args.command == "sim":
             runner.run_sim(cfg)
         elif args.command == "eval":

@@ -24,6 +24,10 @@ class RunControl:
         self._pending: dict[str, Any] = {}
         self.parked = threading.Event()  # set while the loop waits in pause (tests and UI read it)
         self.on_park: Callable[[bool], None] | None = None  # told when the loop parks / leaves
+        # what the exit summary reads once the loop has ended (set by run_rounds)
+        self.node: Any = None
+        self.start_round = 0
+        self.outcome = ""  # "done" | "stopped" | "failed" ("" while running)
 
     # ------------------------------------------------------------------ UI side
     def pause(self) -> None:
@@ -124,6 +128,7 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
                 "settings applied from this round: "
                 + ", ".join(f"{k}={v}" for k, v in known.items())
             )
+            node.cfg.save(node.out_dir / "config.json")  # a resumed run keeps them
     if other:
         reconfigure = getattr(node.transport, "reconfigure", None)
         if callable(reconfigure):
@@ -139,23 +144,42 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
 def run_rounds(
     node: Any, rounds: int, control: RunControl | None, log: Callable[[str], None]
 ) -> str:
-    """The one training loop of a single node: rounds until `rounds`, a stop, then a final save.
+    """The one training loop of a single node: rounds until `rounds` or a stop, then the newest
+    complete state is saved (save_newest).
 
     Returns "done" or "stopped". A stop request abandons the round in flight at its next phase
-    boundary (nothing of it is kept) and still saves.
+    boundary, decode step or micro-batch (nothing of it is kept) and still saves.
     """
     control = control or RunControl()
+    control.node, control.start_round, control.outcome = node, node.round, ""
     node.stop_check = control.stop_requested
     outcome = "done"
-    while node.round < rounds:
-        if not control.between_rounds(node, log):
-            outcome = "stopped"
-            break
-        try:
-            node.run_round()
-        except RoundStopped as e:
-            log(f"{e}; saving")
-            outcome = "stopped"
-            break
-    log(f"checkpoint saved: {node.save()}")
+    try:
+        while node.round < rounds:
+            if not control.between_rounds(node, log):
+                outcome = "stopped"
+                break
+            try:
+                node.run_round()
+            except RoundStopped as e:
+                log(f"{e}; saving")
+                outcome = "stopped"
+                break
+        save_newest(node, log)
+    except BaseException:
+        control.outcome = "failed"
+        raise
+    control.outcome = outcome
     return outcome
+
+
+def save_newest(node: Any, log: Callable[[str], None]) -> Any:
+    """Checkpoint the last finished round unless it is saved already; returns the newest
+    checkpoint of this run, or None when no round has finished (nothing worth saving)."""
+    if node.saved is not None and node.saved[0] == node.round:
+        return node.saved[1]
+    if node.round == 0:
+        return None
+    path = node.save()
+    log(f"checkpoint saved: {path}")
+    return path

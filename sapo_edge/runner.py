@@ -7,13 +7,17 @@ rollouts through an in-process hub, encoded exactly as the network will carry th
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from .backends import load_backend, select_backend
-from .config import Config
+from .config import Config, ConfigError
 from .control import RunControl, run_rounds
 from .models import resolve_model
+from .stopping import exit_code, stop_signals
+from .summary import exit_summary
 from .swarm.transport import InProcessHub, NullTransport, Transport
 from .tasks import TaskSampler
 from .trainer import Callback, Node, PrintCallback, read_rewards
@@ -91,6 +95,59 @@ def run_single(
     return node
 
 
+def run_headless(cfg: Config) -> int:
+    """`sapo-edge run --headless`: one line per round. Ctrl-C, SIGTERM and SIGHUP abandon the
+    round in flight within seconds, save the last finished round and print the summary; a
+    second one quits at once (the newest saved checkpoint stays). Returns the exit status."""
+    control = RunControl()
+
+    def on_signal(name: str) -> None:
+        if control.stop_requested():
+            raise KeyboardInterrupt  # the second signal: no more waiting
+        control.request_stop()
+        _say(
+            f"\nsapo-edge: {name}: stopping within seconds and saving the last finished round "
+            "(send it again to quit at once)\n"
+        )
+
+    error, forced = None, False
+    with stop_signals(on_signal) as received:
+        try:
+            run_single(cfg, log=_say_line, control=control)
+        except KeyboardInterrupt:
+            forced = True
+        except Exception as e:
+            if control.node is None and isinstance(e, ConfigError | ValueError):
+                raise  # a bad setting or model before anything ran: the CLI says it in one line
+            from .tui.remedies import explain  # plain text, no Textual
+
+            error = explain(e, cfg.out_dir)
+    outcome = "failed" if error else "stopped" if forced else control.outcome or "stopped"
+    text = exit_summary(
+        cfg, control.node, outcome, start_round=control.start_round, headless=True, error=error
+    )
+    _say_line(text, sys.stderr if error else sys.stdout)
+    if error:
+        return 1
+    return exit_code(received[0]) if received else 0
+
+
+def _say(text: str) -> None:
+    """Write to stderr from a signal handler (no buffered print: it may be mid-write)."""
+    try:
+        os.write(sys.stderr.fileno(), text.encode("utf-8", "replace"))
+    except (OSError, ValueError):
+        pass  # the terminal is gone (SIGHUP): the run still stops and saves
+
+
+def _say_line(text: str, stream=None) -> None:
+    """print() that survives a closed terminal, so a hangup never fails the run."""
+    try:
+        print(text, file=stream or sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _build_networked(cfg: Config, callback: Callback, log: Callable[[str], None]) -> Node:
     """A node with this machine's identity (made on first run) and a NetworkTransport."""
     from .swarm.identity import default_identity_path, load_or_create
@@ -147,6 +204,11 @@ class _NetStatus:
         on_phase = getattr(self.inner, "on_phase", None)
         if on_phase is not None:
             on_phase(node, phase)
+
+    def on_progress(self, node, phase: str, done: int, total: int, tokens: int) -> None:
+        on_progress = getattr(self.inner, "on_progress", None)
+        if on_progress is not None:
+            on_progress(node, phase, done, total, tokens)
 
 
 def run_sim(

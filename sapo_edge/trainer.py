@@ -86,7 +86,8 @@ RESTART_SETTINGS = LOAD_TIME_SETTINGS | {
 
 
 class RoundStopped(Exception):
-    """Raised at a phase boundary when the node's stop check says so; nothing of the round is kept."""
+    """Raised when the node's stop check says so (at a phase boundary, a decode step or a
+    micro-batch of the train step); nothing of the round is kept."""
 
 
 class Callback(Protocol):
@@ -94,6 +95,10 @@ class Callback(Protocol):
     def on_message(self, node: str, text: str) -> None: ...
     def on_phase(self, node: Node, phase: str) -> None:
         """A new phase of the round starts (one of PHASES); optional for callbacks."""
+
+    def on_progress(self, node: Node, phase: str, done: int, total: int, tokens: int) -> None:
+        """Inside generating (decode steps of max_new_tokens, tokens so far) and training
+        (micro-batches); optional for callbacks."""
 
 
 class PrintCallback:
@@ -155,6 +160,7 @@ class Node:
         self.peer_tally = PeerTally()  # per-producer counts of what arrived (peers table)
         self.last_groups = RoundGroups([], [])  # the latest round's groups, set before on_round
         self.stop_check: Callable[[], bool] | None = None  # True: abandon the round (RoundStopped)
+        self.saved: tuple[int, Path] | None = None  # (round, checkpoint) saved or resumed last
         self.out_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(self.out_dir / "config.json")
 
@@ -198,6 +204,9 @@ class Node:
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             seed=self._round_seed(),
+            progress=lambda step, tokens: self._progress(
+                "generating", step, cfg.max_new_tokens, tokens
+            ),
         )
         gen_seconds = time.perf_counter() - t0
 
@@ -261,7 +270,11 @@ class Node:
             for g in local + external
             for c, adv in zip(_trained(g), g.advantages, strict=True)
         ]
-        stats = self.backend.train_step(samples) if samples else None
+        stats = (
+            self.backend.train_step(samples, lambda k, n: self._progress("training", k, n))
+            if samples
+            else None
+        )
 
         # 7. report and persist
         report = self._report(
@@ -288,6 +301,15 @@ class Node:
         on_phase = getattr(self.callback, "on_phase", None)  # older callbacks may lack it
         if on_phase is not None:
             on_phase(self, phase)
+
+    def _progress(self, phase: str, done: int, total: int, tokens: int = 0) -> None:
+        """Inside generating (every decode step) and training (every micro-batch): a stop request
+        abandons the round here, and the callback may show the progress."""
+        if self.stop_check is not None and self.stop_check():
+            raise RoundStopped(f"round {self.round} stopped while {phase}")
+        on_progress = getattr(self.callback, "on_progress", None)
+        if on_progress is not None:
+            on_progress(self, phase, done, total, tokens)
 
     def _round_seed(self) -> int:
         return (node_seed(self.node_id, self.cfg.seed) * 1_000_003 + self.round) % 2**31
@@ -421,9 +443,11 @@ class Node:
             self.backend.save(directory)
             (directory / POOL_FILE).write_text(pool, encoding="utf-8")
 
-        return save_checkpoint(
+        path = save_checkpoint(
             self.checkpoint_dir, self.round, write_files, state, keep=self.cfg.keep_checkpoints
         )
+        self.saved = (self.round, path)
+        return path
 
     def resume(self) -> bool:
         """Continue from the newest complete checkpoint; False when there is none."""
@@ -457,6 +481,7 @@ class Node:
                     self.name, f"{dropped} saved peer groups cannot be read here: left out"
                 )
         self.round = int(st["round"])
+        self.saved = (self.round, ckpt.path)
         self._truncate_metrics(self.round)
         self.callback.on_message(
             self.name, f"resumed from {ckpt.path.name}: next round {self.round}"

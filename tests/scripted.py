@@ -51,12 +51,15 @@ class ScriptedBackend:
         self.weights = ""
         self.configured: list[Config] = []
 
-    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         self.calls.append(
             dict(
                 n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
             )
         )
+        for step in range(1, 6):  # five "decode steps", each reported like a real backend's
+            if progress is not None:
+                progress(step, step * n * len(prompts))
         out = []
         for messages in prompts:
             a, b = map(int, re.findall(r"\d+", messages[-1]["content"])[:2])
@@ -71,7 +74,9 @@ class ScriptedBackend:
     def encode_completion(self, text, *, finished, max_new_tokens):
         return cut(encode(text), finished, max_new_tokens)
 
-    def train_step(self, samples):
+    def train_step(self, samples, progress=None):
+        if progress is not None:
+            progress(0, 1)
         self.steps.append(list(samples))
         trained = [(s.messages, s.completion.trained_ids, s.advantage) for s in samples]
         self.weights = hashlib.sha256((self.weights + repr(trained)).encode()).hexdigest()

@@ -145,3 +145,90 @@ def test_a_transport_with_its_own_peer_view_wins():
     tally = PeerTally()
     tally.group("id-q", "m", (1.0,), True)
     assert [p.node_id for p in peer_snapshot(Broken(), tally)] == ["id-q"]
+
+
+class StopInside:
+    """A callback that asks the control to stop at a given progress point inside a phase."""
+
+    def __init__(self, control, round_, phase, at):
+        self.control, self.round, self.phase, self.at = control, round_, phase, at
+        self.progress: list[tuple[int, str, int, int, int]] = []
+
+    def on_round(self, r):
+        pass
+
+    def on_message(self, node, text):
+        pass
+
+    def on_progress(self, node, phase, done, total, tokens):
+        self.progress.append((node.round, phase, done, total, tokens))
+        if (node.round, phase, done) == (self.round, self.phase, self.at):
+            self.control.request_stop()
+
+
+def test_a_stop_mid_generation_abandons_it_at_the_next_decode_step(tmp_path):
+    control = RunControl()
+    node = make_node(make_cfg(tmp_path, max_new_tokens=64), "a", NullTransport())
+    node.callback = cb = StopInside(control, 1, "generating", 2)
+    logs = []
+    assert run_rounds(node, 10, control, logs.append) == "stopped"
+    # the scripted backend reports 5 decode steps; step 3 never ran: the stop was seen at step 2's
+    # report (the next check) and generation ended there
+    gen_steps = [done for r, phase, done, _, _ in cb.progress if (r, phase) == (1, "generating")]
+    assert gen_steps == [1, 2]
+    assert any("stopped while generating" in line for line in logs)
+    assert node.round == 1 and len(read_rewards(node.metrics_path)) == 1  # round 1 left no trace
+    assert len(node.backend.steps) == 1
+    assert _checkpoints(node) == ["round-000001"]  # the last finished round, saved
+
+
+def test_a_stop_inside_the_train_step_keeps_no_update(tmp_path):
+    control = RunControl()
+    node = make_node(make_cfg(tmp_path), "a", NullTransport())
+    # asked after the last decode step: the train step's check (before its first micro-batch)
+    # is the next one, so the round's generation is complete but nothing is trained
+    node.callback = cb = StopInside(control, 0, "generating", 5)
+    assert run_rounds(node, 10, control, lambda _: None) == "stopped"
+    assert cb.progress[-1][:3] == (0, "generating", 5)
+    assert node.backend.steps == [] and not node.metrics_path.exists()
+    assert _checkpoints(node) == []  # no round finished: nothing worth a checkpoint
+
+
+def test_the_final_save_writes_only_what_is_newer_than_the_last_checkpoint(tmp_path):
+    control = RunControl()
+    node = make_node(make_cfg(tmp_path, checkpoint_every=2), "a", NullTransport())
+    node.callback = StopInside(control, 2, "generating", 1)
+    logs = []
+    assert run_rounds(node, 10, control, logs.append) == "stopped"
+    # round 2 was saved by checkpoint_every when it began; stopping in it saves nothing again
+    assert _checkpoints(node) == ["round-000002"]
+    assert sum(line.startswith("checkpoint saved") for line in logs) == 0
+    assert control.node is node and control.start_round == 0 and control.outcome == "stopped"
+    assert node.saved[0] == 2
+
+
+def test_applied_settings_are_kept_for_a_resumed_run(tmp_path):
+    control = RunControl()
+    node = make_node(make_cfg(tmp_path), "a", NullTransport())
+    control.update(external_samples=0)
+    run_rounds(node, 1, control, lambda _: None)
+    from sapo_edge.config import Config
+
+    assert Config.load(node.out_dir / "config.json").external_samples == 0
+
+
+def test_stop_signals_reach_the_run_and_the_old_handlers_come_back():
+    import os
+    import signal
+
+    from sapo_edge.stopping import exit_code, stop_signals
+
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    got = []
+    with stop_signals(got.append) as received:
+        for n in names:
+            os.kill(os.getpid(), getattr(signal, n))  # handlers run before kill() returns here
+    assert got == names and received == names  # none of them ended this process
+    assert {n: signal.getsignal(getattr(signal, n)) for n in names} == before
+    assert exit_code("SIGINT") == 130 and exit_code("SIGTERM") == 143

@@ -14,15 +14,16 @@ import pytest
 from sapo_edge.config import Config
 from sapo_edge.control import RunControl
 from sapo_edge.tui.app import SapoDashboard
-from sapo_edge.tui.messages import LogLine
+from sapo_edge.tui.messages import LogLine, NothingTrained, PhaseProgress, PhaseStarted, RoundDone
 from sapo_edge.tui.widgets.header import NodeHeader
+from sapo_edge.tui.widgets.idle_round import IdleRound
 from sapo_edge.tui.widgets.problem import ProblemBanner
 from sapo_edge.tui.widgets.reward_chart import RewardChart
 from sapo_edge.tui.widgets.rollouts import RolloutFeed
 from sapo_edge.tui.widgets.tables import DomainTable, PeersTable
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tui_recorded import recorded_messages  # noqa: E402
+from tui_recorded import node_started, recorded_messages  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def test_rounds_advance_and_every_panel_updates(tiny_qwen, tmp_path):
             await app.workers.wait_for_complete()
             await pilot.pause()
             assert app.outcome == "done" and app.rounds_done == 2
-            assert app.query_one(RewardChart).rounds == [0, 1]
+            assert app.query_one(RewardChart).rounds == [1, 2]  # shown 1-based
             assert app.query_one(DomainTable).row_count == 1
             assert app.query_one(RolloutFeed).row_count == 4  # 2 own questions x 2 rounds
             assert app.query_one(PeersTable).row_count == 1  # "none yet": solo
@@ -141,14 +142,17 @@ def test_help_and_settings_screens(tmp_path):
             assert type(app.screen).__name__ == "Screen"
             await pilot.press("c")
             assert type(app.screen).__name__ == "SettingsScreen"
+            # room and relay cannot change while running: shown, with how to change them
+            assert not app.screen.query("#room") and not app.screen.query("#relay")
+            network = str(app.screen.query_one("#settings-network").render())
+            assert "room: default" in network and "relay: none" in network
+            assert "--relay ws://HOST:7745" in network and "--room NAME" in network
             j = app.screen.query_one("#external_samples")
             j.value = "0"
-            room = app.screen.query_one("#room")
-            room.value = "chem-lab"
             await pilot.click("#apply")
             await pilot.pause()
             assert type(app.screen).__name__ == "Screen"
-            assert app.control.pending_settings() == {"external_samples": 0, "room": "chem-lab"}
+            assert app.control.pending_settings() == {"external_samples": 0}
             await pilot.press("c")
             app.screen.query_one("#local_samples").value = "x"
             await pilot.click("#apply")
@@ -186,6 +190,116 @@ def test_first_run_shows_what_loading_the_model_is_doing():
             print("model.safetensors:  40%|####      | 100M/250M", end="\r")  # a hub download bar
             await pilot.pause()
             assert "40%" in str(phase.render())
-            assert app.query_one("#bar").total is None  # indeterminate until the first round
+            assert app.query_one("#round-bar").total is None  # indeterminate until the first round
+
+    asyncio.run(drive())
+
+
+class MidGeneration(SapoDashboard):
+    """Tells the test when generation of the first round is under way (a few decode steps in)."""
+
+    def on_phase_progress(self, m) -> None:  # Textual calls the base class's handler too
+        self.progress.append(m)
+        if m.phase == "generating" and m.done >= 2:
+            self.generating.set()
+
+    def exit(self, *args, **kw) -> None:
+        self.trained_out_at_exit = self.training_done.is_set()
+        self.left.set()
+        super().exit(*args, **kw)
+
+
+@pytest.mark.parametrize("key", ["q", "ctrl+q", "ctrl+c"])
+def test_quit_keys_stop_mid_generation_and_exit_only_when_stopped(tiny_qwen, tmp_path, key):
+    # a token budget the random model would take minutes to fill: only the stop ends the round
+    app = MidGeneration(tiny_cfg(tiny_qwen, tmp_path, max_new_tokens=1800, rounds=3))
+
+    async def drive():
+        app.progress, app.generating, app.left = [], asyncio.Event(), asyncio.Event()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await asyncio.wait_for(app.generating.wait(), 120)
+            await pilot.press(key)
+            await asyncio.wait_for(app.left.wait(), 120)
+
+    asyncio.run(drive())
+    # the app left only once the training thread had stopped and saved (ctrl+q used to leave
+    # at once, with the thread running on behind a blank screen)
+    assert app.trained_out_at_exit and app.return_value == "stopped"
+    assert app.control.outcome == "stopped"
+    steps = [p.done for p in app.progress if p.phase == "generating"]
+    assert steps and max(steps) < 1800  # abandoned mid-generation
+    assert _metrics(tmp_path) == []  # nothing of the abandoned round is kept
+    assert not (tmp_path / "node" / "checkpoints").exists()  # no round finished: nothing to save
+
+
+def test_a_stop_signal_stops_like_q(tiny_qwen, tmp_path):
+    app = MidGeneration(tiny_cfg(tiny_qwen, tmp_path, max_new_tokens=1800, rounds=3))
+    forced = []
+    app.on_stuck = lambda: forced.append(True)
+
+    async def drive():
+        app.progress, app.generating, app.left = [], asyncio.Event(), asyncio.Event()
+        async with app.run_test(size=(120, 40)):
+            await asyncio.wait_for(app.generating.wait(), 120)
+            app.stop_from_signal("SIGTERM")
+            await asyncio.wait_for(app.left.wait(), 120)
+
+    asyncio.run(drive())
+    assert app.trained_out_at_exit and app.return_value == "stopped"
+    assert app.signals == ["SIGTERM"] and not app.forced and not forced
+    assert _metrics(tmp_path) == []
+
+
+def test_progress_shows_tokens_speed_and_an_eta_before_the_first_round_ends():
+    app = SapoDashboard(Config(rounds=10), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            progress = app.query_one("#progress")
+            progress.clock = lambda: 112.0
+            started = node_started()
+            app.post_message(started)
+            await pilot.pause()
+            header = str(app.query_one(NodeHeader).render())
+            assert header.startswith("swift-otter-3f2a · default") and started.node_id not in header
+            app.post_message(PhaseStarted(0, "generating", 100.0, 100.0, None))
+            await pilot.pause()
+            assert "measuring decode speed" in str(progress.query_one("#eta").render())
+            for step in (1, 2, 3, 4):  # 64 completions, 2 s per decode step, none ended yet
+                app.post_message(
+                    PhaseProgress(0, "generating", step, 256, 64 * step, 64, 0, 104.0 + 2 * step)
+                )
+            await pilot.pause()
+            phase = str(progress.query_one("#phase").render())
+            work = str(progress.query_one("#work").render())
+            eta = str(progress.query_one("#eta").render())
+            assert "round 1 of 10" in phase and "generating" in phase  # rounds count from 1
+            assert "256/16,384 tokens · 21 tok/s" in work and "step 4/256 · 0/64 ended" in work
+            # 252 steps x 2 s left, then the first round's training guess; then 9 more rounds
+            assert eta.startswith("round ~13m") and "all ~2h" in eta
+
+    asyncio.run(drive())
+
+
+def test_a_round_that_trains_nothing_shows_why_until_one_trains():
+    app = SapoDashboard(Config(), start=False)
+
+    def done(round_, local_used):
+        return RoundDone(round_, 0.0, None, {}, 10, 1.0, 2.0, 0.0, 1.0, local_used, 0, 0, 0)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            idle = app.query_one(IdleRound)
+            assert not idle.display
+            for r in (0, 1):
+                app.post_message(done(r, 0))
+                app.post_message(NothingTrained(r, "all 8 groups scored alike (reward 0)", "--x"))
+            await pilot.pause()
+            text = str(idle.render())
+            assert idle.display and text.startswith("rounds 1-2 trained nothing: all 8 groups")
+            assert "what to change: --x" in text
+            app.post_message(done(2, 3))
+            await pilot.pause()
+            assert not idle.display
 
     asyncio.run(drive())

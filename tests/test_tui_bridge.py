@@ -1,6 +1,8 @@
 """The dashboard's data side, without a screen: the callback's messages, Aha detection, remedies."""
 
+import dataclasses
 import errno
+from types import SimpleNamespace
 
 from scripted import make_cfg, make_node
 
@@ -13,12 +15,15 @@ from sapo_edge.trainer import RoundGroups
 from sapo_edge.tui.bridge import TuiCallback, rollouts_of
 from sapo_edge.tui.messages import (
     NodeStarted,
+    NothingTrained,
     PeersUpdated,
+    PhaseProgress,
     PhaseStarted,
     Problem,
     RolloutsSeen,
     RoundDone,
 )
+from sapo_edge.tui.nothing_trained import why_nothing_trained
 from sapo_edge.tui.remedies import explain
 
 
@@ -104,5 +109,90 @@ def test_errors_become_a_title_and_a_remedy():
     assert title == "Disk full" and "runs/demo" in remedy and "--resume" in remedy
     title, remedy = explain(OSError(errno.EADDRINUSE, "Address already in use"))
     assert title == "Port in use" and "port" in remedy
+    denied = PermissionError(errno.EACCES, "Permission denied", "/srv/runs/node")
+    title, remedy = explain(denied, "/srv/runs")
+    assert title == "Cannot write here" and "/srv/runs/node" in remedy and "--out-dir" in remedy
     title, remedy = explain(RuntimeError("boom"))
     assert "log pane" in remedy and "RuntimeError" in title
+
+
+def test_decode_steps_become_throttled_progress_with_ended_completions(tmp_path):
+    node = make_node(make_cfg(tmp_path, questions_per_round=2, group_size=4), "a", NullTransport())
+    now = [0.0]
+    sent = []
+    cb = TuiCallback(sent.append, clock=lambda: now[0])
+    cb.on_phase(node, "generating")
+    # 8 completions: all run for 3 steps, then 5 of them end; a step every 0.1 s
+    for step, tokens in enumerate([8, 16, 24, 27, 30], start=1):
+        now[0] = step * 0.1
+        cb.on_progress(node, "generating", step, 64, tokens)
+    progress = [m for m in sent if isinstance(m, PhaseProgress)]
+    assert [p.done for p in progress] == [1, 4]  # the first, then one per PROGRESS_EVERY
+    last = progress[-1]
+    assert (last.tokens, last.total, last.rows, last.finished) == (27, 64, 8, 5)
+    cb.on_phase(node, "training")
+    for k in range(3):  # every micro-batch is reported: each one takes seconds
+        cb.on_progress(node, "training", k, 3, 0)
+    assert [(p.phase, p.done) for p in sent if isinstance(p, PhaseProgress)][-3:] == [
+        ("training", 0),
+        ("training", 1),
+        ("training", 2),
+    ]
+
+
+def test_a_round_that_trains_nothing_says_why_and_what_to_change(tmp_path):
+    # every scripted completion right (right=4 of 4): all groups alike at reward 1
+    node = make_node(make_cfg(tmp_path), "a", NullTransport(), right=4)
+    sent = []
+    node.callback = TuiCallback(sent.append)
+    node.run_round()
+    (idle,) = [m for m in sent if isinstance(m, NothingTrained)]
+    assert "all 2 groups scored alike (reward 1)" in idle.why
+    assert "no peer groups have arrived" in idle.why
+    assert "--domain-configs" in idle.fix and "--group-size" in idle.fix
+    # one right answer per group: it trains, and nothing is said
+    node.backend.right = 1
+    sent.clear()
+    node.run_round()
+    assert not [m for m in sent if isinstance(m, NothingTrained)]
+
+
+def _report(local_used=0, external_used=0, received=0):
+    return SimpleNamespace(
+        local_used=local_used, external_used=external_used, received=received, pool={}
+    )
+
+
+def test_nothing_trained_reasons_follow_the_scores_and_settings(tmp_path):
+    cfg = make_cfg(tmp_path)
+    untagged = scored("g", TaskRef.make("bf", {}, 1, 0), "q", ["12", "no idea"], [0, 0], "self")
+    why, fix = why_nothing_trained(_report(), [untagged, untagged], cfg)
+    assert why.startswith("all 2 groups scored alike (reward 0): the model never wrote <answer>")
+    assert "--lenient" in fix
+    lenient = dataclasses.replace(cfg, lenient=True)
+    why, fix = why_nothing_trained(_report(), [untagged], lenient)
+    assert "every answer was wrong" in why and "easier --domain-configs" in fix
+    tagged = scored(
+        "h", TaskRef.make("bf", {}, 1, 1), "q", ["<answer>3</answer>"] * 2, [0, 0], "self"
+    )
+    assert "every answer was wrong" in why_nothing_trained(_report(), [tagged], cfg)[0]
+    mixed = [untagged, scored("k", TaskRef.make("bf", {}, 1, 2), "q", ["a", "b"], [1, 1], "self")]
+    why, fix = why_nothing_trained(_report(), mixed, cfg)
+    assert "scored alike inside itself" in why and "--group-size" in fix
+    no_own = dataclasses.replace(cfg, local_samples=0)
+    why, fix = why_nothing_trained(_report(received=3), [untagged], no_own)
+    assert why.startswith("I=0") and "no peer group was usable" in why and "Raise I" in fix
+    assert why_nothing_trained(_report(local_used=1), [untagged], cfg) is None
+
+
+def test_the_networked_node_passes_progress_on_to_the_dashboard():
+    from sapo_edge.runner import _NetStatus
+
+    got = []
+
+    class Inner:
+        def on_progress(self, node, phase, done, total, tokens):
+            got.append((phase, done, total, tokens))
+
+    _NetStatus(Inner(), NullTransport()).on_progress(None, "generating", 3, 256, 192)
+    assert got == [("generating", 3, 256, 192)]

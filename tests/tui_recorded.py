@@ -5,7 +5,9 @@ from __future__ import annotations
 from sapo_edge.swarm.peers import PeerInfo
 from sapo_edge.tui.messages import (
     NodeStarted,
+    NothingTrained,
     PeersUpdated,
+    PhaseProgress,
     PhaseStarted,
     Rollout,
     RolloutsSeen,
@@ -58,6 +60,7 @@ def recorded_messages() -> list:
         )
         t += 30.0
     msgs.append(PhaseStarted(12, "training", t + 12.0, t, 30.0))
+    msgs.append(PhaseProgress(12, "training", 1, 2, 0, 0, 0, t + 16.0))
     msgs.append(
         PeersUpdated(
             [
@@ -126,4 +129,57 @@ def recorded_messages() -> list:
             ]
         )
     )
+    return msgs
+
+
+def node_started(**kw) -> NodeStarted:
+    base = dict(
+        name="swift-otter-3f2a",
+        node_id="3f2a9c1be07d44a1b5c0d2e8f9a6b7c4",
+        room="default",
+        transport="solo (no peers)",
+        backend="torch",
+        device="cpu",
+        dtype="float32",
+        model="HuggingFaceTB/SmolLM2-135M-Instruct",
+        lora_parameters=4_884_480,
+        memory_mb=1626.0,
+        rounds=100,
+        local_samples=4,
+        external_samples=4,
+    )
+    return NodeStarted(**{**base, **kw})
+
+
+def first_round_messages() -> list:
+    """A first round 40 s into generation: 64 completions of up to 256 tokens, 2 s per step."""
+    msgs: list = [node_started(), PhaseStarted(0, "sampling", T0, T0, None)]
+    msgs.append(PhaseStarted(0, "generating", T0 + 1.0, T0, None))
+    for step in range(1, 20):
+        ended = max(0, step - 10) * 2
+        tokens = sum(64 - max(0, s - 11) * 2 for s in range(1, step + 1))
+        msgs.append(PhaseProgress(0, "generating", step, 256, tokens, 64, ended, T0 + 1 + 2 * step))
+    return msgs
+
+
+def idle_round_messages() -> list:
+    """SmolLM2 at the strict defaults: round 1 trained nothing, round 2 is generating."""
+    msgs: list = [node_started(), PhaseStarted(0, "sampling", T0, T0, None)]
+    msgs.append(
+        RoundDone(
+            0, 0.0, None, {"arc_1d": 0.0, "bf": 0.0}, 9800, 180.0, 181.0, 0.0, 3900.0, 0, 0, 0, 0
+        )  # fmt: skip
+    )
+    msgs.append(
+        NothingTrained(
+            0,
+            "all 8 groups scored alike (reward 0): the model never wrote <answer> tags, so every "
+            "answer scored 0; no peer groups have arrived.",
+            "A small model often needs lenient scoring: quit (q) and run the command printed on "
+            "exit with --lenient (a right last number earns half credit), or use a bigger --model.",
+        )
+    )
+    msgs.append(PhaseStarted(1, "sampling", T0 + 181, T0 + 181, 181.0))
+    msgs.append(PhaseStarted(1, "generating", T0 + 182, T0 + 181, 181.0))
+    msgs.append(PhaseProgress(1, "generating", 30, 256, 1920, 64, 3, T0 + 212))
     return msgs

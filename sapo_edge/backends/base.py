@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import resource
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+# generate() calls it after every decode step with (steps done, completion tokens so far);
+# train_step() before every micro-batch with (micro-batches done, micro-batches in all).
+# It may raise (a stop request) to abandon the call: nothing of it is kept.
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class Backend(Protocol):
         temperature: float,
         top_p: float,
         seed: int,
+        progress: Progress | None = None,
     ) -> list[list[Completion]]:
         """n sampled completions for every chat prompt, all in one batched call with the KV cache;
         each keeps the sampled ids and the end token it emitted (None when cut at max_new_tokens)."""
@@ -94,7 +101,7 @@ class Backend(Protocol):
         as plain text, cut to max_new_tokens (a cut completion is unfinished), closed with the chat
         template's end of turn when finished; its `text` is the ids decoded, the text to score."""
 
-    def train_step(self, samples: list[Sample]) -> StepStats:
+    def train_step(self, samples: list[Sample], progress: Progress | None = None) -> StepStats:
         """One optimizer step of the clipped GRPO/DAPO loss over all samples (micro-batched)."""
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:

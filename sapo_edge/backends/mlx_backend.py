@@ -237,7 +237,7 @@ class MlxBackend:
             logprobs = apply_top_p(logprobs, top_p)
         return mx.random.categorical(logprobs, key=key)
 
-    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         """All prompts x n completions in one left-padded batch; finished rows leave the batch."""
         self._activate()
         self.model.eval()
@@ -251,7 +251,7 @@ class MlxBackend:
         finished = [False] * len(rows)
         live = list(range(len(rows)))  # batch row -> sequence index
         logits = self.model(ids, cache=cache)[:, -1, :]
-        for _ in range(max_new_tokens):
+        for step in range(1, max_new_tokens + 1):
             key, sub = mx.random.split(key)
             tokens = self._sample(logits, temperature, top_p, sub)
             keep = []
@@ -261,6 +261,8 @@ class MlxBackend:
                     finished[live[row]] = True
                 else:
                     keep.append(row)
+            if progress is not None:  # may raise to abandon the call (a stop request)
+                progress(step, sum(map(len, out)))
             if not keep or len(out[live[0]]) == max_new_tokens:
                 break
             if len(keep) < len(live):
@@ -338,7 +340,7 @@ class MlxBackend:
             out.append(self._completion_logps(ids, where, targets)[0].tolist())
         return out
 
-    def train_step(self, samples: list[Sample]) -> StepStats:
+    def train_step(self, samples: list[Sample], progress=None) -> StepStats:
         """Micro-batched gradient accumulation; micro-batches before the last are evaluated to
         bound memory, the last one's forward/backward and the AdamW update share one mx.eval."""
         t0 = time.perf_counter()
@@ -356,7 +358,9 @@ class MlxBackend:
         self.model.train()
         grads, loss_sum, clip_sum = None, mx.array(0.0), mx.array(0.0)
         starts = range(0, len(work), cfg.micro_batch_size)
-        for i in starts:
+        for k, i in enumerate(starts):
+            if progress is not None:  # may raise to abandon the step (a stop request)
+                progress(k, len(starts))
             ids, where, targets, mask, adv = self._batch(work[i : i + cfg.micro_batch_size])
             ref = mx.zeros(mask.shape)
             if cfg.beta > 0:

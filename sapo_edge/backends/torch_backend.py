@@ -196,7 +196,7 @@ class TorchBackend:
 
     # -------------------------------------------------------------------------- generate
     @torch.inference_mode()
-    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed):
+    def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         """n completions per prompt. Each prompt is prefilled once and its KV cache repeated n
         times (prefix sharing); a completion leaves the batch as soon as it ends."""
         self._activate()
@@ -220,7 +220,7 @@ class TorchBackend:
         ended = [False] * len(cur)
         eos = torch.tensor(self.eos_ids, device=self.device)
         gen = torch.Generator(device=self.device).manual_seed(seed)
-        for _ in range(max_new_tokens):
+        for step in range(1, max_new_tokens + 1):
             logits = self.model(
                 input_ids=cur,
                 attention_mask=mask,
@@ -233,6 +233,8 @@ class TorchBackend:
             for r, t, d in zip(rows.tolist(), nxt.tolist(), done.tolist(), strict=True):
                 out[r].append(t)
                 ended[r] = d
+            if progress is not None:  # may raise to abandon the call (a stop request)
+                progress(step, sum(map(len, out)))
             if done.all():
                 break
             if done.any():  # finished completions leave the batch and the cache
@@ -321,10 +323,11 @@ class TorchBackend:
                 out[i] = row[: len(c)].tolist()
         return out
 
-    def train_step(self, samples: list[Sample]) -> StepStats:
+    def train_step(self, samples: list[Sample], progress=None) -> StepStats:
         t0 = time.perf_counter()
         self._activate()
         self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)  # nothing left over from an abandoned step
         cfg = self.cfg
         seqs = self._sequences(samples)
         # token-level normaliser over every completion of the step, zero-advantage ones included
@@ -336,7 +339,7 @@ class TorchBackend:
         with torch.random.fork_rng(**{"devices": [], **fork}, enabled=cfg.lora_dropout > 0):
             if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
                 torch.manual_seed(step_seed(self.seed, self._steps_taken()))
-            loss_sum, clipped = self._accumulate(work, total_tokens)
+            loss_sum, clipped = self._accumulate(work, total_tokens, progress)
         grad_norm = 0.0
         if work:
             if cfg.max_grad_norm > 0:
@@ -357,11 +360,14 @@ class TorchBackend:
         state = self.optimizer.state.get(self.params[0], {}) if self.params else {}
         return int(state.get("step", 0))
 
-    def _accumulate(self, seqs: list, total_tokens: int) -> tuple[float, float]:
+    def _accumulate(self, seqs: list, total_tokens: int, progress=None) -> tuple[float, float]:
         """Forward and backward of every micro-batch; gradients add up in the LoRA parameters."""
         cfg = self.cfg
         loss_sum, clipped = 0.0, 0.0
-        for mb in self._micro_batches(seqs):
+        batches = self._micro_batches(seqs)
+        for k, mb in enumerate(batches):
+            if progress is not None:  # may raise to abandon the step (a stop request)
+                progress(k, len(batches))
             logp, mask = self._completion_logps(mb[0][0], [c for _, c, _ in mb])
             adv = torch.tensor([a for _, _, a in mb], device=self.device)[:, None]
             # 4. advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this policy,

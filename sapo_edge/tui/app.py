@@ -6,7 +6,12 @@ reaches the UI only through the dataclass messages of messages.py.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
+import sys
+import tempfile
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +27,16 @@ from textual.widgets import Footer, RichLog
 from ..config import Config
 from ..control import RunControl
 from ..textsafe import clean
+from ..stopping import exit_code, stop_signals
+from ..summary import exit_summary
 from .bridge import TuiCallback
 from .messages import (
     LogLine,
     NodeStarted,
+    NothingTrained,
     Parked,
     PeersUpdated,
+    PhaseProgress,
     PhaseStarted,
     Problem,
     RolloutsSeen,
@@ -38,6 +47,7 @@ from .remedies import explain
 from .screens.help import HelpScreen
 from .screens.settings import SettingsScreen
 from .widgets.header import NodeHeader
+from .widgets.idle_round import IdleRound
 from .widgets.problem import ProblemBanner
 from .widgets.reward_chart import RewardChart
 from .widgets.rollouts import RolloutFeed
@@ -45,6 +55,11 @@ from .widgets.round_progress import RoundProgress
 from .widgets.tables import DomainTable, PeersTable
 
 NOTIFY_PREFIXES = ("checkpoint saved", "settings", "network settings", "room", "relay")
+FORCE_AFTER = 3  # the third q (or second stop signal) quits without waiting for the save
+# After a stop signal: how long the training thread may take to stop and save, then how long the
+# terminal teardown may take (after a hangup Textual can block writing to a terminal that is
+# gone) before the process ends anyway; the checkpoint is on disk by then.
+SAVE_WAIT, TEARDOWN_WAIT = 300.0, 5.0
 
 
 def _run_single(cfg: Config, callback: Any, log: Callable[[str], None], control: RunControl) -> Any:
@@ -63,6 +78,10 @@ class SapoDashboard(App[str]):
         Binding("l", "toggle_log", "log"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit_saving", "quit"),
+        # Textual's own ctrl+q quit would leave the training thread running on behind a blank
+        # screen; ctrl+c (a key here, not SIGINT) would only say "press ctrl+q": both stop cleanly
+        Binding("ctrl+q", "quit_saving", "quit", show=False, priority=True),
+        Binding("ctrl+c", "quit_saving", "quit", show=False),
     ]
 
     def __init__(
@@ -79,18 +98,25 @@ class SapoDashboard(App[str]):
         self.control.on_park = lambda parked: self.post_message(Parked(parked))
         self.running = False
         self.quitting = False
+        self.quit_presses = 0
+        self.forced = False  # quit without waiting for the training thread
+        self.signals: list[str] = []  # stop signals received (SIGTERM, SIGHUP, SIGINT)
+        self.fatal: Problem | None = None  # the error that ended the run, printed after exit
         self.outcome = ""
         self.rounds_done = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.training_done = threading.Event()  # the worker has returned (saved or failed)
+        self.exited = threading.Event()  # app.run() has returned: the terminal is restored
+        self.on_stuck: Callable[[], None] | None = None  # run_dashboard's way out (os._exit)
         self.settings = {
             "local_samples": cfg.local_samples,
             "external_samples": cfg.external_samples,
-            "room": getattr(cfg, "room", ""),
-            "relay": getattr(cfg, "relay", ""),
         }
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(id="header")
         yield ProblemBanner(id="problem")
+        yield IdleRound(id="idle")
         with Horizontal(id="top"):
             yield RewardChart(id="chart")
             yield RoundProgress(id="progress")
@@ -102,6 +128,7 @@ class SapoDashboard(App[str]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.query_one("#log").display = False
         self.query_one("#log").border_title = "log"
         self.query_one(RoundProgress).rounds_total = self.cfg.rounds
@@ -109,6 +136,8 @@ class SapoDashboard(App[str]):
         if self.start:
             self.running = True
             self.train()
+        if self.signals:  # a signal came while the app was starting
+            self._on_stop_signal(self.signals[-1])
 
     def on_unmount(self) -> None:
         self.control.request_stop()  # however the app ends, a parked or running loop stops and saves
@@ -126,6 +155,8 @@ class SapoDashboard(App[str]):
             title, remedy = explain(e, self.cfg.out_dir)
             post(Problem(title, remedy, fatal=True, detail=traceback.format_exc()))
             outcome = "failed"
+        finally:
+            self.training_done.set()
         post(RunEnded(outcome))
 
     # ---------------------------------------------------------------- messages in
@@ -138,11 +169,18 @@ class SapoDashboard(App[str]):
     def on_phase_started(self, m: PhaseStarted) -> None:
         self.query_one(RoundProgress).start_phase(m)
 
+    def on_phase_progress(self, m: PhaseProgress) -> None:
+        self.query_one(RoundProgress).add_progress(m)
+
+    def on_nothing_trained(self, m: NothingTrained) -> None:
+        self.query_one(IdleRound).show(m)
+
     def on_round_done(self, m: RoundDone) -> None:
         self.rounds_done += 1
         self.query_one(RewardChart).add(m.round, m.reward_mean, m.swarm_reward)
         self.query_one(DomainTable).add_round(m.reward_by_domain)
         self.query_one(RoundProgress).round_done(m)
+        self.query_one(IdleRound).round_done(m)
         self.query_one(NodeHeader).set_memory(m.memory_mb)
         banner = self.query_one(ProblemBanner)
         if m.received and banner.problem is not None and not banner.problem.fatal:
@@ -179,6 +217,7 @@ class SapoDashboard(App[str]):
         if m.detail:
             self.query_one(RichLog).write(Text(clean(m.detail, keep_newlines=True)))
         if m.fatal:
+            self.fatal = m
             self.query_one(NodeHeader).set_state("stopped")
             stopped = Text.assemble(("stopped", "bold red"), " · " + clean(m.title, 200))
             self.query_one(RoundProgress).set_text(stopped)
@@ -189,11 +228,13 @@ class SapoDashboard(App[str]):
     def on_run_ended(self, m: RunEnded) -> None:
         self.running, self.outcome = False, m.outcome
         if m.outcome != "failed":
+            node = self.control.node
+            saved = "checkpoint saved" if node is not None and node.saved else "nothing to save"
             self.query_one(NodeHeader).set_state(m.outcome)
             self.query_one(RoundProgress).set_text(
                 Text.assemble(
                     (m.outcome, "bold"),
-                    f" after {self.rounds_done} rounds · checkpoint saved · q quits",
+                    f" after {self.rounds_done} rounds · {saved} · q quits",
                 )
             )
         if self.quitting:
@@ -219,7 +260,8 @@ class SapoDashboard(App[str]):
         self.push_screen(HelpScreen())
 
     def action_settings(self) -> None:
-        self.push_screen(SettingsScreen(dict(self.settings)), self._settings_chosen)
+        fixed = {"room": self.cfg.room, "relay": self.cfg.relay, "solo": self.cfg.solo}
+        self.push_screen(SettingsScreen(dict(self.settings), fixed), self._settings_chosen)
 
     def _settings_chosen(self, changed: dict[str, Any] | None) -> None:
         if not changed:
@@ -229,19 +271,98 @@ class SapoDashboard(App[str]):
         self.notify("settings will apply from the next round: " + ", ".join(changed))
 
     def action_quit_saving(self) -> None:
+        """q, ctrl+q, ctrl+c: stop the round in flight within seconds, save, then exit. Pressed
+        again while that happens: says so; the FORCE_AFTER-th press exits without waiting."""
         if not self.running:
             self.exit(self.outcome or "quit")
             return
-        if self.quitting:
-            self.notify("still stopping: the round in flight ends at its next phase, then it saves")
+        self.quit_presses += 1
+        if self.quit_presses >= FORCE_AFTER:
+            self._force_exit()
+        elif self.quitting:
+            self.notify(
+                "stopping: the round in flight is abandoned and the last finished round saved. "
+                "Press q again to quit without waiting (the newest saved checkpoint stays).",
+                timeout=8,
+            )
+        else:
+            self.quitting = True
+            self.control.request_stop()
+            self.query_one(NodeHeader).set_state("stopping, then saving")
+
+    def _force_exit(self) -> None:
+        self.forced = True
+        self.control.request_stop()
+        self.exit("stopped")
+
+    def _watchdog(self) -> None:
+        """A stop signal must end the process even if the terminal teardown blocks."""
+        self.training_done.wait(SAVE_WAIT)
+        grace = 1.0 if self.signals[0] == "SIGHUP" else TEARDOWN_WAIT  # no terminal to restore
+        if not self.exited.wait(grace) and self.on_stuck is not None:
+            self.forced = True
+            self.on_stuck()
+
+    # --------------------------------------------------------------------- signals
+    def stop_from_signal(self, name: str) -> None:
+        """SIGTERM / SIGHUP / SIGINT (from a signal handler): like q; a second one quits at once."""
+        self.signals.append(name)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_stop_signal, name)
+
+    def _on_stop_signal(self, name: str) -> None:
+        if len(self.signals) == 1 and self.on_stuck is not None:
+            threading.Thread(target=self._watchdog, name="stop-watchdog", daemon=True).start()
+        if len(self.signals) > 1 and self.running:
+            self._force_exit()
+            return
+        self.quit_presses = max(self.quit_presses, 1)
+        if not self.running:
+            self.exit(self.outcome or "quit")
             return
         self.quitting = True
         self.control.request_stop()
-        self.query_one(NodeHeader).set_state("stopping, then saving")
+        self.query_one(NodeHeader).set_state(f"{name}: stopping, then saving")
 
 
 def run_dashboard(cfg: Config) -> int:
-    """`sapo-edge` in a terminal: open the dashboard and train until done or quit."""
+    """`sapo-edge` in a terminal: open the dashboard and train until done or quit; then, with the
+    terminal restored, print the error and its fix (if any) and the run's summary."""
     cfg = dataclasses.replace(cfg)
-    outcome = SapoDashboard(cfg).run()
-    return 1 if outcome == "failed" else 0
+    app = SapoDashboard(cfg)
+    app.on_stuck = lambda: _finish(app, cfg, "")
+    with stop_signals(app.stop_from_signal):
+        outcome = app.run()
+    app.exited.set()
+    return _finish(app, cfg, outcome)
+
+
+def _finish(app: SapoDashboard, cfg: Config, outcome: str) -> int:
+    """Print the error with its fix and the summary; end at once if training may still run."""
+    control, fatal = app.control, app.fatal
+    error = (fatal.title, fatal.remedy) if fatal is not None else None
+    if fatal is not None and fatal.detail and fatal.title.startswith("Unexpected"):
+        kept = _keep_traceback(fatal.detail)  # the log pane that held it is gone
+        error = (fatal.title, f"{fatal.remedy.split(' The full traceback')[0]} {kept}")
+    outcome = "failed" if error else control.outcome or ("stopped" if app.forced else outcome)
+    text = exit_summary(cfg, control.node, outcome, start_round=control.start_round, error=error)
+    if app.forced and not app.training_done.is_set():
+        text += "\n  (quit without waiting: the round in flight was not saved)"
+    code = 1 if error else exit_code(app.signals[0]) if app.signals else 0
+    try:
+        print(text, file=sys.stderr if error else sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass  # the terminal is gone (SIGHUP)
+    if app.forced:  # the training thread or the terminal teardown may still be busy
+        os._exit(code)
+    return code
+
+
+def _keep_traceback(detail: str) -> str:
+    try:
+        fd, path = tempfile.mkstemp(prefix="sapo-edge-error-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(detail)
+    except OSError:
+        return ""
+    return f"The traceback is in {path} (attach it to a bug report)."

@@ -17,15 +17,19 @@ from ..swarm.peers import peer_snapshot
 from .messages import (
     LogLine,
     NodeStarted,
+    NothingTrained,
     PeersUpdated,
+    PhaseProgress,
     PhaseStarted,
     Problem,
     Rollout,
     RolloutsSeen,
     RoundDone,
 )
+from .nothing_trained import why_nothing_trained
 
 NO_PEERS_AFTER_ROUNDS = 5  # warn when J > 0 and nothing arrived by then
+PROGRESS_EVERY = 0.25  # seconds between progress messages (decode steps come much faster)
 
 
 class TuiCallback:
@@ -36,6 +40,8 @@ class TuiCallback:
         self.last_round_seconds: float | None = None
         self.received_total = 0
         self.warned_no_peers = False
+        self.progress_posted = 0.0
+        self.tokens = self.live = 0  # generating: tokens so far, completions still running
 
     # ------------------------------------------------------------------ Callback protocol
     def on_phase(self, node: Any, phase: str) -> None:
@@ -45,7 +51,23 @@ class TuiCallback:
         now = self.clock()
         if phase == "sampling":
             self.round_started = now
+        if phase in ("generating", "training"):
+            self.tokens = self.live = 0
+            self.progress_posted = float("-inf")  # the phase's first step shows at once
         self.post(PhaseStarted(node.round, phase, now, self.round_started, self.last_round_seconds))
+
+    def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
+        """Every decode step / micro-batch (training thread): a message at most every
+        PROGRESS_EVERY seconds, and for every micro-batch (they are slow)."""
+        rows = node.cfg.questions_per_round * node.cfg.group_size
+        if phase == "generating":
+            self.live, self.tokens = tokens - self.tokens, tokens  # one token per running row
+        now = self.clock()
+        if phase == "generating" and now - self.progress_posted < PROGRESS_EVERY:
+            return
+        self.progress_posted = now
+        finished = rows - self.live if phase == "generating" else 0
+        self.post(PhaseProgress(node.round, phase, done, total, tokens, rows, finished, now))
 
     def on_round(self, r: Any) -> None:
         node = self.node
@@ -76,6 +98,9 @@ class TuiCallback:
         self.post(PeersUpdated(peers, self.clock(), "transport" if has_transport_view else "seen"))
         names = {p.node_id: p.name or p.node_id for p in peers}
         self.post(RolloutsSeen(rollouts_of(r.round, node.last_groups, names)))
+        why = why_nothing_trained(r, node.last_groups.own, node.cfg)
+        if why is not None:
+            self.post(NothingTrained(r.round, *why))
         self._maybe_warn_no_peers(node, r.round)
 
     def on_message(self, node: str, text: str) -> None:
@@ -98,7 +123,9 @@ class TuiCallback:
         else:
             remedy = (
                 f"Nothing arrived in {round_ + 1} rounds ({where}). Check that the other nodes use "
-                "the same room, are on this network, or set a relay in the settings (c)."
+                f"the same room ({node.cfg.room}) and this network. Peers beyond this network: "
+                "quit (q) and run the command printed on exit with --relay ws://HOST:7745 "
+                "(a `sapo-edge relay` they all reach). J=0 in the settings (c) trains alone."
             )
         self.post(Problem("No peers yet", remedy, fatal=False))
 

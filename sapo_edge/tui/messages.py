@@ -42,6 +42,29 @@ class PhaseStarted(Message):
 
 
 @dataclass
+class PhaseProgress(Message):
+    """Progress inside the long phases: decode steps while generating, micro-batches training."""
+
+    round: int
+    phase: str  # "generating" | "training"
+    done: int  # decode steps / micro-batches done
+    total: int  # max_new_tokens / micro-batches of this train step
+    tokens: int  # completion tokens generated so far (generating)
+    rows: int  # completions generated at once (generating): questions x group size
+    finished: int  # of those, completions that have ended (generating)
+    at: float  # unix time
+
+
+@dataclass
+class NothingTrained(Message):
+    """A round that trained on nothing: why, and what to change."""
+
+    round: int
+    why: str
+    fix: str
+
+
+@dataclass
 class RoundDone(Message):
     round: int
     reward_mean: float

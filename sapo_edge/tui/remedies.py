@@ -9,6 +9,7 @@ from ..config import ConfigError
 from ..models import ModelNotFound
 
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def explain(exc: BaseException, out_dir: str = "runs") -> tuple[str, str]:
@@ -23,6 +24,13 @@ def explain(exc: BaseException, out_dir: str = "runs") -> tuple[str, str]:
             "Disk full",
             f"No space left while writing to {out_dir}: free some space or pass --out-dir on "
             "another disk, then start again with --resume (the newest complete checkpoint is kept).",
+        )
+    if isinstance(exc, OSError) and exc.errno in _READ_ONLY:
+        where = exc.filename or out_dir
+        return (
+            "Cannot write here",
+            f"{where} cannot be written ({exc.strerror or exc}): pass --out-dir with a folder "
+            "you can write to.",
         )
     if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
         return (
@@ -40,7 +48,7 @@ def explain(exc: BaseException, out_dir: str = "runs") -> tuple[str, str]:
     return (
         f"Unexpected error: {type(exc).__name__}",
         f"{text or 'no message'}. The full traceback is in the log pane (press l); "
-        "the newest complete checkpoint is kept, --resume continues.",
+        "checkpoints saved before are intact, and --resume continues from the newest.",
     )
 
 

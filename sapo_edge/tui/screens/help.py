@@ -11,16 +11,20 @@ HELP = """\
 [b]Keys[/b]
   p   pause / resume (the round in flight finishes first)
   s   save a checkpoint now (before the next round)
-  c   settings: I/J samples, room, relay (applied from the next round)
+  c   settings: I/J samples (from the next round); how to change room and relay
   l   show / hide the log pane
-  ?   this help            q   quit (stops the round cleanly and saves first)
+  ?   this help
+  q   quit: stops the round in flight within seconds, saves the last finished
+      round, then prints a summary and the command that continues the run
+      (also ctrl+q, ctrl+c, SIGTERM, SIGHUP; the third q quits without waiting)
 
 [b]Panels[/b]
   reward per round   this node's mean reward, its 5-round average, and the mean reward
                      peers claimed for the groups they sent (this node re-scores them
                      itself before training on any)
-  round              phase, progress through the round, ETA from the last round,
-                     generated tokens per second, seconds per round
+  round              phase, tokens generated of the budget (or micro-batches trained),
+                     tokens per second, time left in the round and the run (first
+                     round: estimated from the decode speed), the last round's figures
   reward per domain  the first 5 rounds against the last 5: is it learning?
   peers              who sent rollouts: groups received, accepted, rejected and the
                      top reason (decode errors, duplicates, ...)

@@ -1,23 +1,45 @@
-"""The settings screen: I/J samples per round, room and relay; applied from the next round."""
+"""The settings screen: I/J samples per round, applied from the next round. Room and relay are
+shown with how to change them (a restart), since the running transport cannot switch."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+RELAY_EXAMPLE = "ws://HOST:7745"  # `sapo-edge relay` listens on 7745 by default
+
+
+def network_text(fixed: dict[str, Any]) -> Text:
+    """The settings that only a restart changes, and how."""
+    text = Text()
+    if fixed.get("solo"):
+        text.append("network: off (--solo)\n", style="bold")
+    else:
+        text.append("room: ", style="bold")
+        text.append(f"{fixed.get('room') or 'default'}   ")
+        text.append("relay: ", style="bold")
+        text.append(f"{fixed.get('relay') or 'none'}\n")
+    text.append(
+        "These cannot change while running: quit (q), then run the command printed on exit with "
+        f"--room NAME or --relay {RELAY_EXAMPLE}.",
+        style="dim",
+    )
+    return text
+
 
 class SettingsScreen(ModalScreen[dict[str, Any] | None]):
-    """Dismisses with the changed settings (Config field names, plus room / relay), or None."""
+    """Dismisses with the changed settings (Config field names), or None."""
 
     BINDINGS = [("escape", "cancel", "cancel")]
 
-    def __init__(self, current: dict[str, Any]) -> None:
+    def __init__(self, current: dict[str, Any], fixed: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.current = current
+        self.current, self.fixed = current, fixed or {}
 
     def compose(self) -> ComposeResult:
         c = self.current
@@ -26,12 +48,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
             yield Input(str(c["local_samples"]), id="local_samples", type="integer")
             yield Label("J: peer groups trained on per round (0 = train alone)")
             yield Input(str(c["external_samples"]), id="external_samples", type="integer")
-            yield Label("room (peers in the same room train together)")
-            yield Input(str(c.get("room") or ""), id="room", placeholder="e.g. physics-lab")
-            yield Label("relay (host:port, for peers outside this network)")
-            yield Input(
-                str(c.get("relay") or ""), id="relay", placeholder="e.g. relay.example.org:7447"
-            )
+            yield Static(network_text(self.fixed), id="settings-network")
             yield Static("", id="settings-error")
             with Horizontal(id="settings-buttons"):
                 yield Button("apply from next round", id="apply", variant="primary")
@@ -72,8 +89,4 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 "[red]I and J are both 0: nothing to train on; raise one of them[/]"
             )
             return
-        for key in ("room", "relay"):
-            value = self.query_one(f"#{key}", Input).value.strip()
-            if value != str(self.current.get(key) or ""):
-                changed[key] = value
         self.dismiss(changed)

@@ -49,7 +49,7 @@ class NodeHeader(Static):
         self.update(
             Text.assemble(
                 (clean(i.name, 64), "bold"),
-                f" ({clean(i.node_id, 40)}) · {room} · {clean(i.transport, 120)} · ",
+                f" · {room} · {clean(i.transport, 120)} · ",
                 (clean(self.state, 40), "bold"),
                 f"\n{clean(i.backend, 40)} on {clean(i.device, 40)} · {clean(i.dtype, 20)} · "
                 f"{clean(i.model, 120)} · {i.lora_parameters:,} LoRA params · "

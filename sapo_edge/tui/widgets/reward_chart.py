@@ -47,10 +47,10 @@ class RewardChart(Vertical):
         self.query_one("#spark-label").display = bool(narrow)
 
     def add(self, round_: int, reward: float, swarm: float | None) -> None:
-        self.rounds.append(round_)
+        self.rounds.append(round_ + 1)  # rounds show 1-based
         self.rewards.append(reward)
         if swarm is not None:
-            self.swarm.append((round_, swarm))
+            self.swarm.append((round_ + 1, swarm))
         self._draw()
 
     def _draw(self) -> None:

@@ -35,7 +35,7 @@ class RolloutFeed(DataTable):
         for r in self.items:
             colour = "green" if r.reward > 0 else "red"
             self.add_row(
-                str(r.round),
+                str(r.round + 1),  # rounds show 1-based
                 one_line(r.origin, 18),
                 Text(f"{r.reward:.2f}", style=colour),
                 Text("Aha!", style="bold yellow") if r.aha else "",

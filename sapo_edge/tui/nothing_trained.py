@@ -1,0 +1,73 @@
+"""Why a round trained on nothing, and what to change: read from the round's own scored groups
+(plain Python, no Textual; the bridge sends the result to the dashboard)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..rewards import extract_tagged
+
+RESTART = "quit (q) and run the command printed on exit with"
+
+
+def why_nothing_trained(report: Any, own: list[Any], cfg: Any) -> tuple[str, str] | None:
+    """(why, fix) when the round's train step had no group to learn from, else None.
+
+    A group teaches only when its completions scored differently (non-zero advantage); own
+    groups count when I > 0, peer groups when J > 0 and some arrived.
+    """
+    if report.local_used + report.external_used > 0:
+        return None
+    peers = _peers_note(report, cfg)
+    if cfg.local_samples == 0:
+        return (
+            f"I=0: this node trains only on peer groups, and {peers}.",
+            "Raise I in the settings (c) to learn from this node's own answers.",
+        )
+    why, fix = _own_groups(own, cfg)
+    if cfg.external_samples > 0:
+        why += f"; {peers}"
+    return why + ".", fix
+
+
+def _peers_note(report: Any, cfg: Any) -> str:
+    if cfg.external_samples == 0:
+        return "J=0"
+    if not report.received and not report.pool.get("size", 0):
+        return "no peer groups have arrived"
+    return "no peer group was usable (each scored alike here too, or was stale or rejected)"
+
+
+def _own_groups(own: list[Any], cfg: Any) -> tuple[str, str]:
+    rewards = [r for g in own for r in g.rewards]
+    n = len(own)
+    if not rewards:
+        return "this round produced no groups", "Check --questions-per-round and --group-size."
+    low, high = min(rewards), max(rewards)
+    alike = f"all {n} groups scored alike (reward {low:g})" if low == high else ""
+    if high <= 0:
+        tagged = sum(extract_tagged(c) is not None for g in own for c in g.completions)
+        if tagged == 0 and not cfg.lenient:
+            return (
+                f"{alike}: the model never wrote <answer> tags, so every answer scored 0",
+                f"A small model often needs lenient scoring: {RESTART} --lenient "
+                "(a right last number earns half credit), or use a bigger --model.",
+            )
+        return (
+            f"{alike}: every answer was wrong",
+            "The questions are too hard for this model: "
+            f"{RESTART} easier --domain-configs (e.g. one-digit addition) or fewer --domains, "
+            f"a larger --max-new-tokens (now {cfg.max_new_tokens}) if answers are cut off, "
+            "or use a bigger --model.",
+        )
+    if low == high:
+        return (
+            f"{alike}: every completion earned the same reward, nothing to tell apart",
+            f"{RESTART} harder --domain-configs or more --domains, or a larger --group-size "
+            f"(now {cfg.group_size}) for more varied answers.",
+        )
+    return (
+        f"each of the {n} groups scored alike inside itself (rewards {low:g} to {high:g})",
+        f"More varied answers per question: {RESTART} a larger --group-size "
+        f"(now {cfg.group_size}) or --temperature (now {cfg.temperature:g}).",
+    )
