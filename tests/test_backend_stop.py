@@ -14,11 +14,19 @@ pytestmark = pytest.mark.slow
 
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
 OTHER = [{"role": "user", "content": "What is 12 times 4? Think step by step."}]
-SAMPLES = [
-    Sample(MSGS, "<answer>5</answer>", 1.0),
-    Sample(MSGS, "the answer is 7", -1.0),
-    Sample(OTHER, "12 times 4 = 48 so <answer>48</answer>", 0.5),
+TEXTS = [
+    (MSGS, "<answer>5</answer>", 1.0),
+    (MSGS, "the answer is 7", -1.0),
+    (OTHER, "12 times 4 = 48 so <answer>48</answer>", 0.5),
 ]
+
+
+def _samples(backend) -> list[Sample]:
+    """The texts as finished completions, encoded the way this backend trains a peer's text."""
+    return [
+        Sample(m, backend.encode_completion(t, finished=True, max_new_tokens=64), adv)
+        for m, t, adv in TEXTS
+    ]
 HAS_MLX = importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm")
 KINDS = ["torch", pytest.param("mlx", marks=pytest.mark.skipif(not HAS_MLX, reason="no mlx"))]
 
@@ -74,6 +82,7 @@ def test_an_abandoned_train_step_leaves_no_trace(kind, tiny_qwen, tmp_path):
     a.save(tmp_path)
     fresh.load(tmp_path)  # both start from the same LoRA weights
     calls: list[tuple[int, int]] = []
+    SAMPLES = _samples(a)
 
     def stop_at_second(done: int, total: int) -> None:
         calls.append((done, total))

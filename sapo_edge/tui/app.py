@@ -26,9 +26,9 @@ from textual.widgets import Footer, RichLog
 
 from ..config import Config
 from ..control import RunControl
-from ..textsafe import clean
 from ..stopping import exit_code, stop_signals
 from ..summary import exit_summary
+from ..textsafe import clean
 from .bridge import TuiCallback
 from .messages import (
     LogLine,
