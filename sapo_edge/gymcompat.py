@@ -14,6 +14,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+import warnings
 from collections.abc import Iterable, Iterator
 
 Clause = tuple[int, ...]
@@ -114,5 +115,8 @@ _FINDER = _Finder()
 
 def install() -> None:
     """Let `import pycosat` fall back to the stand-in (idempotent; a real pycosat wins)."""
+    # cellpylib's `x is "literal"` warns when a fresh install first compiles it: not the user's
+    # concern (it is compared with an identical interned string, so it works)
+    warnings.filterwarnings("ignore", category=SyntaxWarning, message='"is" with a literal')
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
