@@ -197,11 +197,11 @@ def check_mdns(interface: str | None, lan: list[str]) -> Check:
 def check_relay(url: str, timeout: float = 3.0) -> Check:
     if not url:
         return Check("relay", "ok", "none configured (LAN only; --relay HOST adds one)")
-    http = "https://" + url[6:] if url.startswith("wss://") else "http://" + url.split("://", 1)[-1]
-    http = http.rstrip("/").removesuffix("/ws") + "/healthz"
+    base = "https://" + url[6:] if url.startswith("wss://") else "http://" + url.split("://", 1)[-1]
+    base = base.rstrip("/").removesuffix("/ws")
     try:
-        with urllib.request.urlopen(http, timeout=timeout) as r:  # noqa: S310 (http/https only)
-            body = json.loads(r.read(4096) or b"{}")
+        with urllib.request.urlopen(base + "/healthz", timeout=timeout) as r:  # noqa: S310
+            status = r.status
     except (urllib.error.URLError, OSError, ValueError) as e:
         why = getattr(e, "reason", None) or e
         return Check(
@@ -210,8 +210,14 @@ def check_relay(url: str, timeout: float = 3.0) -> Check:
             f"{url} does not answer ({why}): check the address, that `sapo-edge relay` runs "
             "there, and that its firewall lets the port in.",
         )
-    nodes = body.get("nodes", body.get("clients", "?")) if isinstance(body, dict) else "?"
-    return Check("relay", "ok", f"{url} answers /healthz ({nodes} nodes connected)")
+    nodes = "?"
+    try:  # /stats says how many nodes are connected; an older relay may not have it
+        with urllib.request.urlopen(base + "/stats", timeout=timeout) as r:  # noqa: S310
+            stats = json.loads(r.read(65536))
+            nodes = stats.get("nodes", "?") if isinstance(stats, dict) else "?"
+    except (urllib.error.URLError, OSError, ValueError):
+        pass
+    return Check("relay", "ok", f"{url} answers (HTTP {status}; {nodes} nodes connected)")
 
 
 def check_port(listen: str) -> Check:

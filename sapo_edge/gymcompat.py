@@ -115,8 +115,8 @@ _FINDER = _Finder()
 
 def install() -> None:
     """Let `import pycosat` fall back to the stand-in (idempotent; a real pycosat wins)."""
-    # cellpylib's `x is "literal"` warns when a fresh install first compiles it: not the user's
-    # concern (it is compared with an identical interned string, so it works)
+    # cellpylib's `memoize is "recursive"` warns once, when a fresh install first compiles it:
+    # noise on a new user's first run that they can do nothing about
     warnings.filterwarnings("ignore", category=SyntaxWarning, message='"is" with a literal')
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)

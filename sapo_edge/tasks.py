@@ -187,6 +187,7 @@ def _dataset(name: str, config_json: str, seed: int) -> ProceduralDataset:
     """The dataset object for (name, config, seed), keyed on canonical JSON so 1, 1.0 and true differ."""
     _check_dataset(name)  # imports reasoning-gym through _registry() first
     import reasoning_gym
+
     config = json.loads(config_json)
     fields = sorted(
         f.name for f in dataclasses.fields(_registry()[name][1]) if f.name not in ("seed", "size")
