@@ -434,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "--version")):
         argv.insert(0, "run")  # `sapo-edge [FLAGS]` is `sapo-edge run [FLAGS]`: the dashboard
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # the subcommand's own usage and "did you mean" from its own flags
+        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        subs.choices.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extras)}")
     if args.command is None:
         parser.print_help()
         return 0
