@@ -309,7 +309,7 @@ def _models(args: argparse.Namespace) -> int:
         state = "ready" if smollm2_gguf() else "not fetched: sapo-edge models --get " + alias
         print(f"{alias:<16} {what} [{state}]")
     entries = cache_entries()
-    print(f"cache: {cache_dir() / 'models'} ({human_size(sum(e.size for e in entries))} in all)")
+    print(f"cache: {cache_dir()} ({human_size(sum(e.size for e in entries))} in all)")
     for e in entries:
         print(f"  {human_size(e.size):>9}  {e.kind:<9} {e.path}")
     if entries:

@@ -297,8 +297,14 @@ def convert_gguf(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our one progress line instead of three bars
-
+    try:  # transformers' GGUF reader draws its own tqdm bar, which floods headless logs
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
     try:
+        if bar is not None:
+            gguf_utils.tqdm = lambda items, *a, **k: items
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -309,6 +315,9 @@ def convert_gguf(
         raise ModelNotFound(
             f"could not read GGUF file {gguf}: {detail}. Is it a complete llama-family GGUF?"
         ) from None
+    finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
     # save_pretrained refuses a GGUF-loaded model: build a fresh one and load the dequantized weights
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)

