@@ -142,7 +142,7 @@ def describe_run(folder: Path) -> RunInfo | None:
     ckpts = list_checkpoints(first / "checkpoints")
     sim = len(nodes) > 1 or re.fullmatch(r".+-\d+", nodes[0]) is not None and _is_sim(first)
     cmd = "sim" if sim else "run"
-    resume = f"sapo-edge {cmd} --config {shlex.quote(str(first / 'config.json'))} --resume"
+    resume = f"sapo-edge {cmd} --config {_quote(str(first / 'config.json'))} --resume"
     return RunInfo(
         folder=folder,
         nodes=nodes,
@@ -152,6 +152,13 @@ def describe_run(folder: Path) -> RunInfo | None:
         resume=resume,
         modified=max((folder / n).stat().st_mtime for n in nodes),
     )
+
+
+def _quote(path: str) -> str:
+    """A path as the user's shell reads it (cmd and PowerShell take double quotes)."""
+    if os.name == "nt":
+        return f'"{path}"' if any(c in path for c in " &()^%!;,") else path
+    return shlex.quote(path)
 
 
 def _is_sim(node_dir: Path) -> bool:

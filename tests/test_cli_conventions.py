@@ -260,3 +260,18 @@ def test_estimates_grow_with_the_work() -> None:
     assert fit.estimate_bytes(s, Config(micro_batch_size=8)) > base
     assert fit.estimate_bytes(s, Config(), device="cuda:0") < base  # bfloat16 weights
     assert fit.estimate_bytes(fit.KNOWN["smollm2-135m"], Config()) < base
+
+
+def test_the_relay_says_the_address_nodes_join_with(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sapo_edge import doctor
+    from sapo_edge.swarm import relay
+
+    started: list[tuple[str, int]] = []
+    monkeypatch.setattr(doctor, "lan_addresses", lambda: ["192.168.1.20", "fd00::2"])
+    monkeypatch.setattr(relay, "run_relay", lambda host, port, limits: started.append((host, port)))
+    assert main(["relay"]) == 0
+    out = capsys.readouterr().out
+    assert "nodes join with: sapo-edge --relay 192.168.1.20:7745" in out
+    assert "sapo-edge --relay [fd00::2]:7745" in out and started == [("0.0.0.0", 7745)]
