@@ -1,7 +1,7 @@
 """Will it fit? A memory estimate for training a model here, this machine's memory, and the
 choice bare `sapo-edge` makes (Qwen2.5-0.5B-Instruct where it fits, else SmolLM2-135M).
 
-The estimate is deliberately on the high side (35-50% above the peak RSS measured for
+The estimate is deliberately on the high side (35-55% above the peak RSS measured for
 SmolLM2-135M at the defaults and for the 3-node demo): it warns before loading, it is no promise.
 """
 
