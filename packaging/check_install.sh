@@ -11,8 +11,9 @@ PY="${PYTHON:-.venv/bin/python}"
 UV="${UV:-$(dirname "$PY")/uv}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
+# uv's download cache stays the real user's (wheels are fetched once); everything else is new
+export UV_CACHE_DIR="${UV_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uv}"
 export HOME="$WORK/home" UV_TOOL_DIR="$WORK/tools" UV_TOOL_BIN_DIR="$WORK/bin"
-export UV_CACHE_DIR="${UV_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/../uv-cache}}"
 export CC=false CXX=false   # any package that needs a compiler fails the check
 unset SAPO_EDGE_HOME SAPO_EDGE_CACHE XDG_CONFIG_HOME XDG_DATA_HOME XDG_CACHE_HOME HF_HUB_OFFLINE
 mkdir -p "$HOME"
