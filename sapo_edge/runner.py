@@ -15,7 +15,9 @@ from pathlib import Path
 from .backends import load_backend, select_backend
 from .config import Config, ConfigError
 from .control import RunControl, run_rounds
+from .fit import check_memory
 from .models import resolve_model
+from .runs import prepare_out_dir
 from .stopping import exit_code, stop_signals
 from .summary import exit_summary
 from .swarm.transport import InProcessHub, NullTransport, Transport
@@ -42,6 +44,8 @@ def build_nodes(
     choices = cfg.node_backends or [cfg.backend]
     chosen = {c: select_backend(c, log=log) for c in dict.fromkeys(choices)}
     model = resolve_model(cfg.model, progress=log)
+    if cfg.memory_check:  # before loading: refuse what cannot fit, warn when memory is short
+        check_memory(model.path, model.model_id, cfg, chosen[choices[0]][1], len(names), log)
     nodes = []
     for i, name in enumerate(names):
         kind, device = chosen[choices[i % len(choices)]]
@@ -78,6 +82,8 @@ def run_single(
     """One node (headless, or under the dashboard, which passes its callback and RunControl):
     joins the swarm (LAN, --peer, --relay) unless --solo."""
     callback = callback or PrintCallback(log)
+    if not cfg.out_dir:  # the CLI sets it; other callers get a new folder in the data folder
+        cfg = prepare_out_dir(cfg, "run")
     if cfg.solo:
         (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
     else:
@@ -216,6 +222,8 @@ def run_sim(
 ) -> list[Node]:
     """N nodes on this machine, taking turns each round; ends with the cumulative-reward table."""
     callback = callback or PrintCallback(log)
+    if not cfg.out_dir:
+        cfg = prepare_out_dir(cfg, "sim")
     hub = InProcessHub()
     names = [f"{cfg.name}-{i}" for i in range(cfg.nodes)]
     nodes = build_nodes(cfg, names, hub.connect, callback, log)

@@ -144,6 +144,9 @@ _BUILD_LOCK = threading.Lock()  # some generators print (bf); stdout is swapped 
 @functools.cache
 def _registry() -> dict[str, tuple[type, type]]:
     """reasoning-gym's {name: (dataset class, config class)}, imported on first use (~2 s)."""
+    from .gymcompat import install
+
+    install()  # installs without a C compiler lack pycosat: a pure-Python stand-in
     from reasoning_gym.factory import DATASETS
 
     for name in _EVAL_SCORER_MODULES:
@@ -182,9 +185,9 @@ def _check_dataset(name: str) -> None:
 @functools.lru_cache(maxsize=256)
 def _dataset(name: str, config_json: str, seed: int) -> ProceduralDataset:
     """The dataset object for (name, config, seed), keyed on canonical JSON so 1, 1.0 and true differ."""
+    _check_dataset(name)  # imports reasoning-gym through _registry() first
     import reasoning_gym
 
-    _check_dataset(name)
     config = json.loads(config_json)
     fields = sorted(
         f.name for f in dataclasses.fields(_registry()[name][1]) if f.name not in ("seed", "size")

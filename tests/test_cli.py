@@ -82,7 +82,7 @@ def test_models_lists_the_alias_and_the_cache(
 ) -> None:
     assert main(["models"]) == 0
     out = capsys.readouterr().out
-    assert "smollm2-135m" in out and f"cache: {tmp_path / 'sapo-edge-cache' / 'models'}" in out
+    assert "smollm2-135m" in out and f"cache: {tmp_path / 'sapo-edge-cache'}" in out
 
 
 @pytest.mark.parametrize("command", ["run", "sim"])

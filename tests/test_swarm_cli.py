@@ -23,10 +23,10 @@ def test_network_flags_and_their_checks() -> None:
     assert cfg.peer == ["10.0.0.2:7744", "h:1", "k:2"] and cfg.mdns is False and cfg.room == "lab"
     assert parse("run").peer == [] and parse("run").listen == "0.0.0.0:7744"
     for bad, msg in [
-        (dict(peer=["nohost"]), "write HOST:PORT"),
-        (dict(peer=["h:0"]), "write HOST:PORT"),
-        (dict(listen="7744"), "write HOST:PORT"),
-        (dict(relay="http://x:1"), "write ws://HOST:PORT"),
+        (dict(peer=["h:0"]), "HOST:PORT"),
+        (dict(peer=["h:port"]), "HOST:PORT"),
+        (dict(listen="h:99999"), "HOST:PORT"),
+        (dict(relay="http://x:1"), "ws://HOST:PORT"),
         (dict(room=""), "1 to 64 characters"),
     ]:
         with pytest.raises(ConfigError, match=msg):

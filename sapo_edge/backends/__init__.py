@@ -11,7 +11,27 @@ from pathlib import Path
 from ..config import Config
 from .base import Backend, Generation, Sample, StepStats
 
-__all__ = ["Backend", "Generation", "Sample", "StepStats", "select_backend", "load_backend"]
+__all__ = [
+    "Backend",
+    "Generation",
+    "Sample",
+    "StepStats",
+    "select_backend",
+    "load_backend",
+    "accelerator_memory",
+]
+
+
+def accelerator_memory(device: str):
+    """A CUDA device's memory as fit.Memory (total, free, name); None for other devices."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    from ..fit import Memory
+
+    free, total = torch.cuda.mem_get_info(device)
+    return Memory(float(total), float(free), torch.cuda.get_device_name(device))
 
 
 def select_backend(choice: str = "auto", log: Callable[[str], None] = print) -> tuple[str, str]:

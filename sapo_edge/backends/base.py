@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import resource
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,6 +138,13 @@ def check_load_time_settings(old, new) -> None:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS;
+    Windows has no `resource` module: psutil's peak working set there)."""
+    if sys.platform == "win32":
+        import psutil
+
+        return psutil.Process().memory_info().peak_wset / 2**20
+    import resource  # POSIX only
+
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024

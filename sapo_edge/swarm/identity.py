@@ -103,13 +103,13 @@ def check_private(p: Path) -> None:
 
 
 def default_identity_path() -> Path:
-    home = os.environ.get("SAPO_EDGE_HOME")
-    base = Path(home) if home else Path.home() / ".config" / "sapo-edge"
-    return base / "identity.key"
+    from ..paths import identity_path  # the OS's config folder, or $SAPO_EDGE_HOME
+
+    return identity_path()
 
 
 def load_or_create(path: str | Path | None = None) -> tuple[Identity, bool]:
-    """Read the identity at `path` (default: $SAPO_EDGE_HOME or ~/.config/sapo-edge), or make
+    """Read the identity at `path` (default: $SAPO_EDGE_HOME or the OS's config folder), or make
     one there with mode 0600. Returns (identity, created)."""
     p = Path(path) if path else default_identity_path()
     if p.exists():
