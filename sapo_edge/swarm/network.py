@@ -23,11 +23,12 @@ from .identity import Identity
 from .inbox import FairInbox
 from .links import Link, LinkLayer
 from .peers import PeerInfo
-from .protocol import MAX_MESSAGE_BYTES, ProtocolError
+from .protocol import MAX_MESSAGE_BYTES, ProtocolError, Stats
 from .roomkey import RoomKeys, describe_room, room_keys
+from .stats import StatsChannel
 
 
-class NetworkTransport(LinkLayer):
+class NetworkTransport(StatsChannel, LinkLayer):
     """Transport over websockets; see the module docstring. Call start() before use, close() after.
 
     room/secret: the room's name and credential (a `sapo1-` room key, a passphrase, or "" for an
@@ -97,6 +98,7 @@ class NetworkTransport(LinkLayer):
         self.admissions = admissions
         self.verifier = RolloutVerifier(keys, window_s=window_s, stale_rounds=stale_rounds)
         self.inbox = FairInbox(inbox_limit, inbox_bytes)
+        self._init_stats()  # members' per-round stats (publish_stats, on_stats): stats.py
         if keys.is_open:
             log(describe_room(keys))
 
@@ -186,6 +188,8 @@ class NetworkTransport(LinkLayer):
             msg = self.verifier.open(data)
         except ProtocolError as e:  # nobody inside is provable: the route sent it
             return self._reject(route, e.reason)
+        if isinstance(msg, Stats):
+            return self._on_stats(link, msg)
         if not relay and msg.sender != route:
             return self._reject(route, "wrong_sender")
         if msg.sender == self.ident.node_id:
