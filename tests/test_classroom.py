@@ -1,0 +1,203 @@
+"""A class on loopback, everyone in this process: a host and three students who joined by code
+only (mDNS off: the code's address is all they have) train in rounds, find each other through
+the host's address and its relay, train on each other's groups, and the host's board lists all
+four with their figures; a wrong code is refused and learns nothing about the room; a student
+that leaves and comes back keeps its row and its history.
+
+The policy is the scripted one (tests/scripted.py: known right and wrong answers), so every
+count below is certain; tests/test_classroom_cli.py runs the same on the tiny model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from scripted import Quiet, ScriptedBackend, make_cfg
+
+from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.classroom.join import Joined, JoinError, class_path, join_class
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.trainer import Node
+
+FAST_NET = dict(heartbeat=0.5, handshake_timeout=2.0, reconnect_base=0.05, reconnect_max=0.3)
+
+
+def fast(transport):
+    """Loopback timings (the defaults suit a classroom's Wi-Fi, not a test)."""
+    for k, v in FAST_NET.items():
+        setattr(transport, k, v)
+    return transport
+
+
+@pytest.fixture
+def host(tmp_path: Path):
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, rounds=10)
+    h = ClassHost(
+        cfg,
+        HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web=""),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    h.start()
+    fast(h.transport)
+    yield h
+    h.close()
+
+
+def student(host: ClassHost, tmp_path: Path, name: str, ident: Identity | None = None) -> Joined:
+    local = dict(out_dir=str(tmp_path / "students"), name=name, listen="127.0.0.1:0", mdns=False)
+    joined = join_class(
+        host.code, local, identity=ident or Identity.generate(), log=lambda _m: None
+    )
+    fast(joined.transport)
+    return joined
+
+
+def linked(j: Joined) -> None:
+    """Wait until the host's address and its relay both carry this student."""
+    assert j.transport.wait_for(lambda: class_path(j)[1].count("the host") == 2, 10)
+
+
+def node_of(cfg, transport, name: str, callback, right: int = 1) -> Node:
+    return Node(
+        cfg,
+        ScriptedBackend(right),
+        transport,
+        node_id=transport.ident.node_id,
+        name=name,
+        model_id="scripted",
+        out_dir=Path(cfg.out_dir) / name,
+        callback=callback,
+    )
+
+
+def run_rounds_in_step(nodes: list[Node], host: ClassHost, rounds: int) -> None:
+    """Each node runs a round; then wait until every node has everyone else's batch and the
+    host's board has every node's figures, so the next round trains on them."""
+    transports = [n.transport for n in nodes]
+    for _ in range(rounds):
+        before = [t.counters["delivered"] for t in transports]
+        for n in nodes:
+            n.run_round()
+        for t, b in zip(transports, before, strict=True):
+            want = b + len(nodes) - 1
+            assert t.wait_for(lambda t=t, w=want: t.counters["delivered"] >= w, 10), t.describe()
+        for n in nodes:
+            assert host.transport.wait_for(
+                lambda n=n: n.round - 1 in host.board.members.get(n.node_id, _NONE).rounds, 10
+            ), f"{n.name}'s figures never reached the host"
+
+
+class _NoRounds:
+    rounds: dict = {}
+
+
+_NONE = _NoRounds()
+
+
+def test_a_class_joins_by_code_trains_on_each_other_and_the_board_shows_it(host, tmp_path):
+    joined = [student(host, tmp_path, n) for n in ("ada", "bob", "cy")]
+    for j in joined:
+        assert j.cfg.group_size == host.cfg.group_size and j.cfg.domains == host.cfg.domains
+        assert j.cfg.room == "class" and j.relay.startswith("ws://127.0.0.1:")
+        assert j.cfg.secret == ""  # the key lives in the transport only, never in the config
+    host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
+    students = [
+        node_of(j.cfg, j.transport, j.cfg.name, j.callback(Quiet()), right=0 if i == 2 else 1)
+        for i, j in enumerate(joined)
+    ]
+    for j in joined:
+        j.transport.start()
+    try:
+        for j in joined:  # the host's address and its relay both carry each student
+            linked(j)
+        ok, path = class_path(joined[0])
+        assert ok and "the host's address 127.0.0.1:" in path and "the host's relay" in path
+        nodes = [host_node, *students]
+        run_rounds_in_step(nodes, host, 3)
+
+        snap = host.board.snapshot()
+        rows = {r.node_id: r for r in snap.members}
+        assert set(rows) == {n.node_id for n in nodes}
+        assert snap.members[0].is_host and snap.members[0].name == "teacher"
+        for n in nodes:
+            row = rows[n.node_id]
+            assert row.rounds == 3 and row.shared == 3 * host.cfg.questions_per_round
+            if n is not students[2]:
+                assert row.used_by_others > 0 and row.rewarded_by_others > 0
+            learned = sum(snap.matrix.get(p, {}).get(n.node_id, (0, 0))[0] for p in rows)
+            assert learned > 0, f"{row.name} trained on nobody's groups"
+            if not row.is_host:
+                assert row.received_here == 3 * host.cfg.questions_per_round  # verified here
+        assert rows[students[2].node_id].aha > 0  # all of its own answers are wrong...
+        assert rows[students[2].node_id].used_by_others == 0  # ...so its groups teach nobody
+        assert rows[students[0].node_id].aha == 0  # it always has a right one itself
+        assert [r for r, _ in snap.swarm_mean] == [1, 2, 3] and snap.baseline == []
+        assert (host.out_dir / "class.jsonl").read_text().count("\n") == 12
+    finally:
+        for j in joined:
+            j.transport.close()
+
+
+def test_a_wrong_code_is_refused_and_learns_nothing_about_the_room(host, tmp_path) -> None:
+    words, _, where = host.code.partition("@")
+    n, w1, w2 = words.split("-")
+    wrong = f"{n}-{w2}-{w1}@{where}" if w1 != w2 else f"{n}-acorn-acorn@{where}"
+    out = tmp_path / "students"
+    with pytest.raises(JoinError) as e:
+        join_class(wrong, dict(out_dir=str(out)), identity=Identity.generate(), log=print)
+    message = str(e.value)
+    assert "wrong code" in message and "teacher's screen" in message
+    keys = host.transport.keys
+    for secret in (keys.lan_id, keys.relay_id, host.admissions.grant.secret, "basic_arithmetic"):
+        assert secret not in message
+    assert not out.exists()  # nothing was set up for a room it never entered
+    assert host.admissions.codes[n].failures == 1 and host.admissions.codes[n].admitted == 0
+    # a typo in a word is caught here, before it costs one of the code's few tries
+    with pytest.raises(ValueError, match="did you mean"):
+        join_class(f"{n}-{w1}x-{w2}@{where}", {}, identity=Identity.generate())
+    assert host.admissions.codes[n].failures == 1
+
+
+def test_a_student_who_leaves_and_comes_back_keeps_its_row_and_history(host, tmp_path) -> None:
+    me = Identity.generate()
+    host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
+    first = student(host, tmp_path, "ada", me)
+    node = node_of(first.cfg, first.transport.start(), "ada", first.callback(Quiet()))
+    linked(first)
+    run_rounds_in_step([host_node, node], host, 2)
+    node.save()
+    first.transport.close()  # the laptop leaves (or sleeps)
+    assert host.transport.wait_for(lambda: me.node_id not in host.transport.connected(), 10)
+    host_node.run_round()  # the class goes on without it
+
+    again = student(host, tmp_path, "ada", me)  # the same code, the same laptop
+    assert again.cfg.resume and any("rejoining" in n for n in again.notes)
+    back = node_of(again.cfg, again.transport.start(), "ada", again.callback(Quiet()))
+    assert back.resume() and back.round == 2
+    linked(again)
+    run_rounds_in_step([host_node, back], host, 1)
+    rows = [r for r in host.board.snapshot().members if r.node_id == me.node_id]
+    assert len(rows) == 1 and rows[0].rounds == 3 and rows[0].last_round == 2
+    assert [r for r, _ in host.board.snapshot().curves[me.node_id]] == [1, 2, 3]
+    again.transport.close()
+
+
+def test_class_settings_travel_with_the_key_and_local_flags_stay_local(host, tmp_path) -> None:
+    j = student(host, tmp_path, "ada")
+    assert j.invite.settings["model"] == "scripted" and "room" not in j.invite.settings
+    assert j.cfg.local_samples == host.cfg.local_samples
+    baseline = join_class(
+        host.code,
+        dict(out_dir=str(tmp_path / "b"), listen="127.0.0.1:0", mdns=False, rounds=3),
+        baseline=True,
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    assert baseline.role == "baseline" and baseline.cfg.rounds == 3
+    assert baseline.cfg.external_samples == 0 and baseline.cfg.share == "none"
+    assert baseline.cfg.local_samples == min(
+        host.cfg.local_samples + host.cfg.external_samples, host.cfg.questions_per_round
+    )
+    assert dataclasses.replace(j.cfg, name="x").group_size == host.cfg.group_size
