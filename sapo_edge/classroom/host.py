@@ -46,6 +46,17 @@ class HostOptions:
     mdns_interfaces: list[str] | None = None  # tests: ["127.0.0.1"]
 
 
+class LogSink:
+    """Log lines go to `target` once one is set (the class view), until then to `fallback`."""
+
+    def __init__(self, fallback: Callable[[str], None]) -> None:
+        self.fallback = fallback
+        self.target: Callable[[str], None] | None = None
+
+    def __call__(self, text: str) -> None:
+        (self.target or self.fallback)(text)
+
+
 class _HostTransport(NetworkTransport):
     """The host's node: started before its model loads (students can link at once) and kept
     open when its own training ends (the class goes on); close(final=True) ends it."""
@@ -180,7 +191,7 @@ class ClassHost:
     ) -> None:
         if not cfg.out_dir:
             raise ConfigError("the class needs an output folder (out_dir).")
-        self.cfg, self.opts, self.log = cfg, opts or HostOptions(), log
+        self.cfg, self.opts, self.log = cfg, opts or HostOptions(), LogSink(log)
         self.identity = identity
         self.out_dir = Path(cfg.out_dir)
         self.address = self.opts.address or lan_address()
@@ -266,6 +277,10 @@ class ClassHost:
         (self.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         return self
 
+    def log_to(self, target: Callable[[str], None] | None) -> None:
+        """Send the class's log lines (links, admissions, the relay) to `target` from now on."""
+        self.log.target = target
+
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close(final=True)
@@ -277,9 +292,9 @@ class ClassHost:
         """Retire the current code and show a new one (a code burned by wrong guesses, or one
         that leaked beyond the class); members already in stay in."""
         assert self.admissions is not None
-        if self.code:
+        words = self.admissions.new_code()  # before the old one goes: another number, so the
+        if self.code:  # old code is refused as replaced, never counted as a wrong try
             self.admissions.revoke(self.code.split("@", 1)[0])
-        words = self.admissions.new_code()
         self.code = format_code(words, self.address, self.admit_port)
         return self.code
 

@@ -7,6 +7,7 @@ relay) and says which one carries it, or what to do when none does.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -164,6 +165,20 @@ def join_class(
         log=log,
     )
     role = "baseline" if baseline else "member"
+    rounds = cfg.rounds
+
+    def continue_command(*, headless: bool, more: bool) -> str:
+        """What the run's summary prints to go on: the same code (or the one shown now)."""
+        args = ["sapo-edge", "join", str(code)]
+        args += ["--headless"] if headless else []
+        args += ["--baseline"] if baseline else []
+        for key in ("model", "name", "out_dir", "backend"):
+            if key in local:
+                args += [f"--{key.replace('_', '-')}", str(local[key])]
+        args += ["--rounds", str(rounds * 2)] if more else []
+        return shlex.join(args) + "  (or the code on the teacher's screen now)"
+
+    transport.continue_command = continue_command  # type: ignore[attr-defined]
     return Joined(code, invite, cfg, transport, relay, role, notes)
 
 
@@ -228,7 +243,7 @@ class PathWatcher:
                 continue
             if text != self.last:
                 self.last = text
-                self.say(f"swarm: {text}")
+                self.say(f"class: {text}")
             if ok:
                 lost_since, warned = self.clock(), False
             elif not warned and self.clock() - lost_since >= self.no_path_after:

@@ -13,10 +13,10 @@ from typing import Any
 
 from ..config import Config, ConfigError
 from ..safejson import JsonError, dumps_canonical, loads_strict
-from ..swarm.admission import MAX_EXTRA_CHARS
 from ..textsafe import clean
 
 INVITE_VERSION = 1
+MAX_EXTRA_CHARS = 16 << 10  # = swarm.admission.MAX_EXTRA_CHARS (tested), without importing it
 # Each laptop's own: its hardware, its folder and name, and how long it stays. The model too: a
 # small laptop may join with a smaller one (rollouts are text, models need not match).
 LOCAL_FIELDS = frozenset(

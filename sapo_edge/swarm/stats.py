@@ -209,7 +209,7 @@ class StatsVerifier:
         keys: RoomKeys,
         *,
         window_s: float = 300.0,
-        per_minute: int = 30,
+        per_minute: int = 120,
         max_seen: int = 100_000,
         max_senders: int = 4096,
     ) -> None:

@@ -1,5 +1,5 @@
 // sapo-edge projector page: polls /class.json and draws the class. Every text from members
-// goes in with textContent (never innerHTML): names are whatever a member chose to send.
+// goes in with textContent, never parsed as HTML: names are whatever a member chose to send.
 "use strict";
 
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
@@ -21,6 +21,8 @@ function svg(tag, attrs) {
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
   return e;
 }
+
+function cut(text, n) { return text.length > n ? text.slice(0, n - 1) + "…" : text; }
 
 function fixed(x) { return x === null || x === undefined ? "-" : Number(x).toFixed(2); }
 
@@ -127,11 +129,11 @@ function renderMatrix(data) {
   const ids = data.members.map((m) => m.node_id);
   const head = el("tr");
   head.appendChild(el("th", "from \\ to"));
-  for (const n of names) head.appendChild(el("th", n, "learner"));
+  for (const n of names) head.appendChild(el("th", cut(n, 14), "learner"));
   const rows = [head];
   ids.forEach((a, i) => {
     const tr = el("tr");
-    tr.appendChild(el("th", names[i]));
+    tr.appendChild(el("th", cut(names[i], 20)));
     ids.forEach((b) => {
       const cell = a === b ? null : ((data.matrix[a] || {})[b] || [0, 0]);
       const td = el("td", cell === null ? "·" : cell[1], "num");
