@@ -201,3 +201,31 @@ def test_class_settings_travel_with_the_key_and_local_flags_stay_local(host, tmp
         host.cfg.local_samples + host.cfg.external_samples, host.cfg.questions_per_round
     )
     assert dataclasses.replace(j.cfg, name="x").group_size == host.cfg.group_size
+
+
+def test_with_mdns_students_also_find_each_other_on_the_lan(tmp_path) -> None:
+    """Where multicast works, students link to each other directly (and the host's address
+    and relay still carry them); the path shown says so."""
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=True)
+    lo = ["127.0.0.1"]
+    opts = HostOptions(
+        address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="", mdns_interfaces=lo
+    )
+    h = ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None).start()
+    joined = []
+    try:
+        for name in ("ada", "bob"):
+            local = dict(out_dir=str(tmp_path / "s"), name=name, listen="127.0.0.1:0", mdns=True)
+            j = join_class(h.code, local, identity=Identity.generate(), mdns_interfaces=lo)
+            joined.append(j)
+            fast(j.transport).start()
+        a, b = joined
+        assert a.transport.wait_for(
+            lambda: b.transport.ident.node_id in a.transport.connected(), 15
+        )
+        assert a.transport.wait_for(lambda: "the LAN" in class_path(a)[1], 15), class_path(a)
+        assert "the host's relay" in class_path(a)[1]
+    finally:
+        for j in joined:
+            j.transport.close()
+        h.close()

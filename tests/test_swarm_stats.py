@@ -57,7 +57,7 @@ def raw_stats(ident: Identity, stats_obj: dict, keys=None, **body_over) -> bytes
             "sender": ident.node_id,
             "room": keys.lan_id,
             "sent_at": time.time(),
-            "stats": stats_obj,
+            "rounds": [stats_obj],
             **body_over,
         }
     )
@@ -104,7 +104,7 @@ def test_stats_survive_the_wire_exactly(round_, reward, counts, learned, name) -
     msg = parse_message(make_stats(me, KEYS, stats)[0])
     assert isinstance(msg, Stats)
     got = StatsVerifier(KEYS).verify(msg, me.node_id)
-    assert got is not None and got.stats == stats and got.sender == me.node_id
+    assert got is not None and got.rounds == (stats,) and got.sender == me.node_id
 
 
 def test_stats_travel_directly_and_through_the_relay(nodes) -> None:
@@ -122,9 +122,9 @@ def test_stats_travel_directly_and_through_the_relay(nodes) -> None:
         far.publish_stats(figures(1, name="far"))
         assert host.wait_for(lambda: host.counters["stats_delivered"] == 2, 5)
         by = {v.sender: v for v in got}
-        assert by[direct.ident.node_id].stats.name == "direct"
+        assert by[direct.ident.node_id].rounds[-1].name == "direct"
         assert by[direct.ident.node_id].route == direct.ident.node_id
-        assert by[far.ident.node_id].stats.name == "far"
+        assert by[far.ident.node_id].rounds[-1].name == "far"
         assert by[far.ident.node_id].route == f"relay:{r.url}"
         assert r.call(lambda: r.relay.counters["forwarded"]) == 1  # a sealed box it cannot read
     finally:
@@ -158,6 +158,9 @@ def test_every_bad_stats_message_is_refused_counted_and_charged(nodes) -> None:
         (raw_stats(me, {**good, "trained_external": 100, "learned": too_many}), "stats_too_large"),
         (raw_stats(me, {**good, "extra": 1}), "stats_unknown_field"),
         (raw_stats(me, {k: v for k, v in good.items() if k != "learned"}), "stats_missing_field"),
+        (raw_stats(me, good, rounds=[]), "stats_bad_type"),
+        (raw_stats(me, good, rounds=[good] * 9), "stats_bad_type"),
+        (raw_stats(me, good, rounds=good), "stats_bad_type"),
         (raw_stats(me, good, sent_at=time.time() - 86400), "stats_expired"),
         (raw_stats(me, good, v=1), "stats_unknown_version"),
         (stats_box(me, keys=other_room), "wrong_secret"),  # sealed for another room
@@ -187,7 +190,7 @@ def test_every_bad_stats_message_is_refused_counted_and_charged(nodes) -> None:
             await c.close()
 
     asyncio.run(go())
-    assert [v.stats.round for v in got] == [7]
+    assert [[r.round for r in v.rounds] for v in got] == [[7]]
     assert node.counters["stats_delivered"] == 1
 
 
@@ -228,9 +231,19 @@ def test_a_member_flooding_stats_is_rate_limited_and_its_signed_lies_are_its_own
         r.close()
 
 
-def test_oversized_stats_are_refused_before_signing_and_on_arrival() -> None:
+def test_a_message_repeats_recent_rounds_within_the_size_limit() -> None:
+    """Each message carries the last rounds (so one sent offline still arrives), the oldest
+    left out when they do not fit; a single round over the limit is refused before signing."""
     me = Identity.generate()
-    make_stats(me, KEYS, figures(model="m" * 120))  # the largest fields fit
+    many = {f"{i:032x}": (1, 1) for i in range(MAX_PRODUCERS)}
+    rounds = [figures(r, trained_external=MAX_PRODUCERS, learned=many) for r in range(8)]
+    msg = parse_message(make_stats(me, KEYS, rounds)[0])
+    got = StatsVerifier(KEYS).verify(msg, me.node_id)
+    assert 1 < len(got.rounds) < 8 and got.rounds[-1].round == 7  # the newest always
+    assert [r.round for r in got.rounds] == list(range(8 - len(got.rounds), 8))
+    small = [figures(r) for r in range(10)]
+    got = StatsVerifier(KEYS).verify(parse_message(make_stats(me, KEYS, small)[0]), me.node_id)
+    assert [r.round for r in got.rounds] == list(range(2, 10))  # ROUNDS_PER_MESSAGE
     with pytest.raises(ValueError, match="over the"):
         make_stats(me, KEYS, RoundStats(1, 0, 0, 0, 0, 0, {}, "n", "m" * MAX_STATS_BYTES, "", ""))
     body = '{"v":2}' + " " * MAX_STATS_BYTES

@@ -44,7 +44,8 @@ class MemberRow:
     used_by_others: int  # groups of its that others trained on
     rewarded_by_others: int  # ...and that their verifiers rewarded
     aha: int
-    received_here: int | None  # groups the host itself verified from it (None: the host)
+    received_here: int | None  # groups the host itself verified from it (None: the host, or
+    # a board read back from class.jsonl without the host's counts)
     last_seen: float  # unix time of its newest figures
 
 
@@ -124,8 +125,14 @@ class ClassBoard:
         return True
 
     def on_stats(self, verified: Any) -> None:
-        """NetworkTransport.on_stats: a member's verified figures."""
-        self.record(verified.sender, verified.stats)
+        """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
+        is kept unless its figures changed)."""
+        for stats in verified.rounds:
+            with self._lock:
+                m = self.members.get(verified.sender)
+                same = m is not None and m.rounds.get(stats.round) == stats
+            if not same:
+                self.record(verified.sender, stats)
 
     @classmethod
     def load(cls, path: Path, host_id: str = "") -> ClassBoard:
@@ -188,7 +195,7 @@ class ClassBoard:
                     rewarded_by_others=sum(r for _, r in given),
                     aha=sum(x.aha for x in ordered),
                     received_here=None
-                    if m.node_id == self.host_id
+                    if m.node_id == self.host_id or self.received is None
                     else int(received.get(m.node_id, 0)),
                     last_seen=m.last_seen,
                 )

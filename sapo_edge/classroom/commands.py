@@ -123,7 +123,7 @@ def run_host_headless(host: Any) -> int:
         except KeyboardInterrupt:
             pass
     board.on_change = None
-    end_of_class(host.out_dir, _say)
+    end_of_class(host.out_dir, _say, host.received_counts())
     return exit_code(received[0]) if received else 0
 
 

@@ -253,7 +253,7 @@ class ClassHost:
             log=self.log,
         )
         self.board = ClassBoard(
-            self.out_dir / CLASS_FILE, host_id=ident.node_id, received=self._received
+            self.out_dir / CLASS_FILE, host_id=ident.node_id, received=self.received_counts
         )
         self.transport.on_stats = self.board.on_stats
         try:
@@ -318,7 +318,8 @@ class ClassHost:
 
         return make_app(self.class_json, lambda: self.code, self.page_token, _qr_svg)
 
-    def _received(self) -> dict[str, int]:
+    def received_counts(self) -> dict[str, int]:
+        """Groups this host's own transport verified, per member node id."""
         if self.transport is None:
             return {}
         return {p.node_id: p.accepted for p in self.transport.peers()}

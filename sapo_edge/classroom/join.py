@@ -26,6 +26,7 @@ from .member import ClassMember
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
 
 NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
+FIRST_LINK_WAIT = 10.0  # before its first round a student waits this long for the class
 
 
 class JoinError(ValueError):
@@ -91,7 +92,16 @@ class Joined:
         return f"{self.code.host}:{self.invite.node_port}"
 
     def callback(self, inner: Any) -> ClassMember:
-        return ClassMember(inner, self.transport.publish_stats, role=self.role)
+        """The trainer callback that reports this laptop's rounds to the class; before its
+        first round it waits (FIRST_LINK_WAIT at most) for a path to the class, so that
+        round's rollouts reach the others."""
+        return ClassMember(
+            inner, self.transport.publish_stats, role=self.role, first_link=self.wait_for_class
+        )
+
+    def wait_for_class(self, timeout: float = FIRST_LINK_WAIT) -> bool:
+        t = self.transport
+        return t.wait_for(lambda: bool(t.connected()), timeout)
 
 
 def join_class(

@@ -4,12 +4,13 @@ shared and trained, who it learned from, Aha moments) are signed and published t
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ..aha import aha_flags
 from ..swarm.peerbook import is_node_id
-from ..swarm.stats import MAX_PRODUCERS, MAX_REWARD, RoundStats
+from ..swarm.stats import MAX_PRODUCERS, MAX_REWARD, ROUNDS_PER_MESSAGE, RoundStats
 from ..textsafe import clean
 
 
@@ -49,23 +50,31 @@ def round_stats(report: Any, groups: Any, node: Any, role: str = "member") -> Ro
 
 class ClassMember:
     """A trainer Callback wrapper: passes everything on to `inner` and, after each round,
-    publishes this node's figures to the room (`publish`, e.g. NetworkTransport.publish_stats)
-    and hands them to `local` (the host's own board)."""
+    publishes this node's recent figures to the room (`publish`, e.g.
+    NetworkTransport.publish_stats; the last few rounds, so one sent while offline still
+    arrives) and hands the round's to `local` (the host's own board). `first_link`, when given,
+    is called once before the first round: it waits (bounded) until the class is reachable."""
 
     def __init__(
         self,
         inner: Any,
-        publish: Callable[[RoundStats], None] | None,
+        publish: Callable[[list[RoundStats]], None] | None,
         *,
         role: str = "member",
         local: Callable[[str, RoundStats], None] | None = None,
+        first_link: Callable[[], Any] | None = None,
         log: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.inner, self.publish, self.role, self.local, self.log = inner, publish, role, local, log
+        self.first_link = first_link
         self.node: Any = None
+        self.recent: deque[RoundStats] = deque(maxlen=ROUNDS_PER_MESSAGE)
 
     def on_phase(self, node: Any, phase: str) -> None:
         self.node = node
+        if self.first_link is not None:
+            wait, self.first_link = self.first_link, None
+            wait()
         on_phase = getattr(self.inner, "on_phase", None)
         if on_phase is not None:
             on_phase(node, phase)
@@ -83,8 +92,9 @@ class ClassMember:
         if node is not None:
             try:
                 stats = round_stats(report, node.last_groups, node, self.role)
+                self.recent.append(stats)
                 if self.publish is not None:
-                    self.publish(stats)
+                    self.publish(list(self.recent))
                 if self.local is not None:
                     self.local(node.node_id, stats)
             except (ValueError, OSError) as e:  # the class view misses a round; training goes on

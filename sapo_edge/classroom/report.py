@@ -49,7 +49,9 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def load_class(run_dir: Path) -> tuple[ClassSnapshot, dict[str, Any]]:
+def load_class(
+    run_dir: Path, received: dict[str, int] | None = None
+) -> tuple[ClassSnapshot, dict[str, Any]]:
     path = run_dir / CLASS_FILE
     if not path.is_file():
         raise ReportError(
@@ -63,13 +65,18 @@ def load_class(run_dir: Path) -> tuple[ClassSnapshot, dict[str, Any]]:
     except (OSError, ValueError):
         info = {}
     host_id = info.get("host_id", "") if isinstance(info.get("host_id"), str) else ""
-    return ClassBoard.load(path, host_id=host_id).snapshot(), info
+    board = ClassBoard.load(path, host_id=host_id)
+    if received is not None:
+        board.received = lambda: received
+    return board.snapshot(), info
 
 
-def write_report(run_dir: Path) -> list[Path]:
-    """Write class.csv, class.json, reward_curves.png and learned_from.png; returns the paths."""
+def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[Path]:
+    """Write class.csv, class.json, reward_curves.png and learned_from.png; returns the paths.
+    `received`: the groups the host verified per member (the host passes them; a report made
+    later from the folder leaves them blank)."""
     run_dir = Path(run_dir)
-    snap, info = load_class(run_dir)
+    snap, info = load_class(run_dir, received)
     rows = []
     for m in snap.members:
         rows.append(
@@ -120,10 +127,12 @@ def write_report(run_dir: Path) -> list[Path]:
     return [csv_path, json_path, curves, matrix]
 
 
-def end_of_class(out_dir: Path, say: Callable[[str], None]) -> list[Path]:
+def end_of_class(
+    out_dir: Path, say: Callable[[str], None], received: dict[str, int] | None = None
+) -> list[Path]:
     """The report as a class ends: written, or a sentence saying why not (never a traceback)."""
     try:
-        paths = write_report(out_dir)
+        paths = write_report(out_dir, received)
     except ReportError:
         say(f"sapo-edge: no member reported a round: no class report ({out_dir}).")
         return []
@@ -173,7 +182,7 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
         fig.savefig(curves)
         plt.close(fig)
 
-        ids = [m.node_id for m in snap.members]
+        ids = [m.node_id for m in snap.members if m.role != "baseline"]  # it exchanges nothing
         grid = [
             [0 if a == b else snap.matrix.get(a, {}).get(b, (0, 0))[1] for b in ids] for a in ids
         ]

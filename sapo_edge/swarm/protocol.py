@@ -21,7 +21,7 @@ from .identity import Identity, node_id_for_key
 PROTOCOL_VERSION = 2
 MAX_HANDSHAKE_BYTES = 4096  # a hello or an auth: refused unparsed when longer
 MAX_MESSAGE_BYTES = 1 << 20  # one signed rollouts envelope, everything included
-MAX_STATS_BYTES = 8 << 10  # the body of one signed stats message
+MAX_STATS_BYTES = 16 << 10  # the body of one signed stats message
 MAX_DEPTH = 8  # envelopes are flat; the batch inside is a string parsed with its own limits
 ROLES = ("node", "relay")
 
@@ -94,7 +94,7 @@ class Stats:
 
     sender: str
     public_key: bytes
-    body: str  # canonical JSON text: {"id","room","sender","sent_at","stats","v"}
+    body: str  # canonical JSON text: {"id","room","rounds","sender","sent_at","v"}
     signature: bytes  # Ed25519 over body.encode("utf-8")
 
 

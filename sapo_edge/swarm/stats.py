@@ -1,7 +1,9 @@
 """Per-round stats a member publishes for the class view: signed by the member (Ed25519 over the
 exact body) and sealed for the room like a rollout batch, as their own message kind (`stats`).
-Strictly validated and size-capped; what is wrong with one is counted as `stats_<reason>` and
-charged like a bad batch (the signer when it signed it, else the route that brought it).
+Each message repeats the member's last few rounds, so a round sent while its links were down
+(starting up, a laptop asleep) still reaches the class with the next one. Strictly validated
+and size-capped; what is wrong with one is counted as `stats_<reason>` and charged like a bad
+batch (the signer when it signed it, else the route that brought it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .roomkey import RoomKeys
 
 ROLES = ("member", "baseline")  # baseline: trains alone (J=0) as the class's solo reference
 MAX_PRODUCERS = 64  # producers one round's "learned from" may name
+ROUNDS_PER_MESSAGE = 8  # a message repeats up to this many recent rounds (the newest last)
 MAX_COUNT = 100_000  # any count in one round's figures
 MAX_REWARD = 10.0  # rewards are in [0, 1 + format bonus]; anything far above is a lie or a bug
 _BODY = {
@@ -40,7 +43,7 @@ _BODY = {
     "sender": ("hex", 32),
     "room": ("hex", 32),
     "sent_at": ("float", 0),
-    "stats": ("dict", 0),
+    "rounds": ("rounds", 0),
 }
 _STATS = {
     "round": ("int", 0),
@@ -143,41 +146,54 @@ class RoundStats:
 
 
 def _fields(obj: Any, spec: dict[str, tuple[str, int]], what: str) -> dict[str, Any]:
-    """check_fields, plus "dict" fields (present and a JSON object; checked by the caller)."""
+    """check_fields, plus "dict" fields (a JSON object) and "rounds" (a list of 1 to
+    ROUNDS_PER_MESSAGE objects): present and of that shape; their contents the caller checks."""
     if not isinstance(obj, dict):
         raise ProtocolError("bad_type", f"a {what} must be a JSON object.")
-    nested = [k for k, (kind, _) in spec.items() if kind == "dict"]
+    nested = {k: kind for k, (kind, _) in spec.items() if kind in ("dict", "rounds")}
     flat = {k: v for k, v in spec.items() if k not in nested}
     check_fields({k: v for k, v in obj.items() if k not in nested}, flat, what)
-    for key in nested:
+    for key, kind in nested.items():
         if key not in obj:
             raise ProtocolError("missing_field", f"{what} lacks {key}.")
-        if not isinstance(obj[key], dict):
+        if kind == "dict" and not isinstance(obj[key], dict):
             raise ProtocolError("bad_type", f"{what}.{key} must be an object.")
+        if kind == "rounds" and (
+            not isinstance(obj[key], list) or not 0 < len(obj[key]) <= ROUNDS_PER_MESSAGE
+        ):
+            raise ProtocolError(
+                "bad_type", f"{what}.{key} must be a list of 1 to {ROUNDS_PER_MESSAGE} rounds."
+            )
     return obj
 
 
 def make_stats(
     ident: Identity,
     keys: RoomKeys,
-    stats: RoundStats,
+    rounds: RoundStats | list[RoundStats],
     *,
     stats_id: str | None = None,
     sent_at: float | None = None,
 ) -> tuple[bytes, str]:
-    """Sign one round's stats for the room; returns (envelope bytes, message id)."""
+    """Sign a member's recent rounds (the newest last; the oldest are left out while over the
+    size limit) for the room; returns (envelope bytes, message id)."""
+    recent = ([rounds] if isinstance(rounds, RoundStats) else list(rounds))[-ROUNDS_PER_MESSAGE:]
     stats_id = stats_id or os.urandom(16).hex()
-    body = dumps_canonical(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": stats_id,
-            "sender": ident.node_id,
-            "room": keys.lan_id,
-            "sent_at": time.time() if sent_at is None else sent_at,
-            "stats": stats.to_json(),
-        }
-    )
-    raw = body.encode("utf-8")
+    while True:
+        body = dumps_canonical(
+            {
+                "v": PROTOCOL_VERSION,
+                "id": stats_id,
+                "sender": ident.node_id,
+                "room": keys.lan_id,
+                "sent_at": time.time() if sent_at is None else sent_at,
+                "rounds": [r.to_json() for r in recent],
+            }
+        )
+        raw = body.encode("utf-8")
+        if len(raw) <= MAX_STATS_BYTES or len(recent) == 1:
+            break
+        recent = recent[1:]
     if len(raw) > MAX_STATS_BYTES:
         raise ValueError(f"stats of {len(raw)} bytes are over the {MAX_STATS_BYTES} limit.")
     msg = dump_message(
@@ -195,7 +211,7 @@ def make_stats(
 @dataclass(frozen=True)
 class VerifiedStats:
     sender: str  # the signer's node id: the row these figures belong to
-    stats: RoundStats
+    rounds: tuple[RoundStats, ...]  # its recent rounds, the newest last
     sent_at: float
     route: str  # the link key it came by: a node id or "relay:URL"
 
@@ -265,11 +281,11 @@ class StatsVerifier:
         if not self._rate_ok(msg.sender, now):
             raise BatchRejected("rate_limited", "over its stats per minute.", msg.sender)
         try:
-            stats = RoundStats.from_json(body["stats"])
+            rounds = tuple(RoundStats.from_json(r) for r in body["rounds"])
         except ProtocolError as e:
             raise BatchRejected(e.reason, str(e), msg.sender) from None
         self.remember(msg.sender, body["id"], route)
-        return VerifiedStats(msg.sender, stats, sent_at, route)
+        return VerifiedStats(msg.sender, rounds, sent_at, route)
 
 
 class StatsChannel:
@@ -293,9 +309,9 @@ class StatsChannel:
         self.stats_verifier = StatsVerifier(self.keys)
         self.on_stats: Callable[[VerifiedStats], None] | None = None
 
-    def publish_stats(self, stats: RoundStats) -> None:
-        """Sign, seal and queue this node's figures for every link (never waits)."""
-        msg, stats_id = make_stats(self.ident, self.keys, stats)
+    def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
+        """Sign, seal and queue this node's recent figures for every link (never waits)."""
+        msg, stats_id = make_stats(self.ident, self.keys, rounds)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._broadcast_stats, seal(self.keys, msg), stats_id)
 

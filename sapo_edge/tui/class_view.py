@@ -204,7 +204,7 @@ class ClassView(App[str]):
         from ..classroom.report import ReportError, write_report
 
         try:
-            paths = write_report(self.host.out_dir)
+            paths = write_report(self.host.out_dir, self.host.received_counts())
         except (ReportError, OSError) as e:
             self.call_from_thread(self.notify, clean(str(e), 300), severity="error", markup=False)
             return
@@ -258,5 +258,5 @@ def run_class_view(host: Any) -> int:
     host.log_to(None)
     n = len(host.board.members) if host.board is not None else 0
     print(f"the class ended: {n} member{'s' if n != 1 else ''}; run folder {host.out_dir}")
-    end_of_class(host.out_dir, print)
+    end_of_class(host.out_dir, print, host.received_counts())
     return exit_code(received[0]) if received else 0
