@@ -229,3 +229,28 @@ def test_with_mdns_students_also_find_each_other_on_the_lan(tmp_path) -> None:
         for j in joined:
             j.transport.close()
         h.close()
+
+
+def test_a_laptop_that_sleeps_rejoins_by_itself_and_its_rounds_catch_up(host, tmp_path) -> None:
+    """Its network loop frozen (as in sleep), the host drops it; awake, it redials the host's
+    address and relay by itself, and its next figures bring the round it ran offline."""
+    import threading
+
+    me = Identity.generate()
+    host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
+    j = student(host, tmp_path, "ada", me)
+    node = node_of(j.cfg, j.transport.start(), "ada", j.callback(Quiet()))
+    linked(j)
+    run_rounds_in_step([host_node, node], host, 1)
+    asleep = threading.Event()
+    j.transport._loop.call_soon_threadsafe(asleep.wait, 20)  # nothing moves on its network
+    try:
+        assert host.transport.wait_for(lambda: me.node_id not in host.transport.connected(), 10)
+        node.run_round()  # round 1, run while its links are dead: its figures go nowhere
+    finally:
+        asleep.set()  # it wakes up
+    linked(j)  # ...and is back in the class without anyone doing anything
+    run_rounds_in_step([host_node, node], host, 1)  # round 2's message repeats round 1
+    rounds = host.board.members[me.node_id].rounds
+    assert sorted(rounds) == [0, 1, 2]
+    j.transport.close()
