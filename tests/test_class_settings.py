@@ -36,7 +36,11 @@ def test_the_class_sets_the_task_and_each_laptop_keeps_its_own() -> None:
     assert {"domains", "domain_configs", "group_size", "local_samples", "max_new_tokens"} <= (
         CLASS_FIELDS
     )
-    assert not CLASS_FIELDS & LOCAL_FIELDS
+    assert CLASS_FIELDS & LOCAL_FIELDS == {"rounds"}  # the class's, unless the laptop says
+    seven = read_invite(
+        invite_text(settings={**json.loads(invite_text())["settings"], "rounds": 7})
+    )
+    assert class_config(seven, {}).rounds == 7 and class_config(seven, {"rounds": 3}).rounds == 3
     paper = make_invite(Config.load("", {"preset": "paper"}), 7744, 7745, "teacher").to_text()
     assert len(paper) < MAX_EXTRA_CHARS // 4  # the paper's 9 domains fit with room to spare
     invite = read_invite(invite_text())

@@ -196,6 +196,8 @@ def class_path(joined: Joined) -> tuple[bool, str]:
     """(any path works, which ones) for the dashboard: 'in the class via the LAN (2 peers), the
     host's address and the host's relay (4 members heard)'."""
     t = joined.transport
+    if not t.port:  # not started: the node loads its model first
+        return False, "starting: this laptop joins the class's network once its model is loaded"
     links = t.connected()
     relay_up = any(k.startswith("relay:") for k in links)
     rows = [p for p in t.peers() if p.connected]
@@ -254,7 +256,7 @@ class PathWatcher:
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
-            if ok:
+            if ok or not self.joined.transport.port:  # connected, or not started yet
                 lost_since, warned = self.clock(), False
             elif not warned and self.clock() - lost_since >= self.no_path_after:
                 warned = True

@@ -41,7 +41,11 @@ LOCAL_FIELDS = frozenset(
 _NOT_SENT = frozenset(
     {"room", "secret", "secret_file", "relay", "peer", "solo", "preset", "nodes", "node_backends"}
 )
-CLASS_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - LOCAL_FIELDS - _NOT_SENT
+# Sent as the class's, and a student's own flag still wins: how long to train.
+OVERRIDABLE = frozenset({"rounds"})
+CLASS_FIELDS = (
+    frozenset(f.name for f in dataclasses.fields(Config)) - (LOCAL_FIELDS - OVERRIDABLE) - _NOT_SENT
+)
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
