@@ -96,7 +96,7 @@ class ClassBoard:
         self.path, self.host_id, self.received = path, host_id, received
         self.max_members, self.max_rounds, self.clock = max_members, max_rounds, clock
         self.members: dict[str, _Member] = {}
-        self.dropped: Counter = Counter()  # board_full, unreadable (class.jsonl lines)
+        self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
@@ -118,8 +118,11 @@ class ClassBoard:
                 del m.rounds[min(m.rounds)]
             if self.path is not None:
                 line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()})
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
+                try:
+                    with open(self.path, "a", encoding="utf-8") as f:
+                        f.write(line + "\n")
+                except OSError:  # a full disk: the view goes on, the report will lack it
+                    self.dropped["unsaved"] += 1
         if self.on_change is not None:
             self.on_change()
         return True
