@@ -135,9 +135,36 @@ def test_a_class_joins_by_code_trains_on_each_other_and_the_board_shows_it(host,
         assert rows[students[0].node_id].aha == 0  # it always has a right one itself
         assert [r for r, _ in snap.swarm_mean] == [1, 2, 3] and snap.baseline == []
         assert (host.out_dir / "class.jsonl").read_text().count("\n") == 12
+        assert class_view_rows(host) == {
+            ("teacher (host)", "3", "6"),
+            ("ada", "3", "6"),
+            ("bob", "3", "6"),
+            ("cy", "3", "6"),
+        }
     finally:
         for j in joined:
             j.transport.close()
+
+
+def class_view_rows(host: ClassHost) -> set[tuple[str, str, str]]:
+    """(member, rounds, shared) as the teacher's class view shows them."""
+    import asyncio
+
+    from sapo_edge.tui.class_view import ClassView
+    from sapo_edge.tui.widgets.class_widgets import MembersTable
+
+    app, rows = ClassView(host, start=False), set()
+
+    async def look() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.query_one(MembersTable)
+            for i in range(table.row_count):
+                cells = table.get_row_at(i)
+                rows.add((cells[0].plain, str(cells[3]), str(cells[6])))
+
+    asyncio.run(look())
+    return rows
 
 
 def test_a_wrong_code_is_refused_and_learns_nothing_about_the_room(host, tmp_path) -> None:

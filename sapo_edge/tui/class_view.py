@@ -238,6 +238,8 @@ class ClassView(App[str]):
 
     def on_unmount(self) -> None:
         self.control.request_stop()
+        if self.host is not None:
+            self.host.log_to(None)  # the class's log lines go back to the terminal
 
     def stop_from_signal(self, name: str) -> None:
         """SIGTERM / SIGHUP / SIGINT (from a signal handler): end the class like q."""
