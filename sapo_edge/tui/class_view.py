@@ -260,5 +260,9 @@ def run_class_view(host: Any) -> int:
     host.log_to(None)
     n = len(host.board.members) if host.board is not None else 0
     print(f"the class ended: {n} member{'s' if n != 1 else ''}; run folder {host.out_dir}")
+    node = app.control.node
+    if node is not None:  # this laptop's own run, as a member
+        saved = f"; checkpoint {node.saved[1]}" if node.saved is not None else ""
+        print(f"this laptop trained {node.round} rounds (metrics {node.metrics_path}){saved}")
     end_of_class(host.out_dir, print, host.received_counts())
     return exit_code(received[0]) if received else 0

@@ -4,6 +4,8 @@ whom. Names are members' claims: every one reaches Textual as cleaned `rich.text
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -116,8 +118,8 @@ class ClassChart(Vertical):
         plt.xlabel("round")
         if snap is not None:
             rounds = [r for pts in snap.curves.values() for r, _ in pts]
-            top = max([1.0, *(v for pts in snap.curves.values() for _, v in pts)])
-            plt.ylim(0, top)
+            top = max([0.25, *(v for pts in snap.curves.values() for _, v in pts)])
+            plt.ylim(0, math.ceil(top * 4) / 4)  # the next quarter above the best reward
             if rounds:
                 last = max(rounds)
                 plt.xticks(list(range(1, last + 1, max(1, last // 8))))
