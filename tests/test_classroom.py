@@ -281,3 +281,30 @@ def test_a_laptop_that_sleeps_rejoins_by_itself_and_its_rounds_catch_up(host, tm
     rounds = host.board.members[me.node_id].rounds
     assert sorted(rounds) == [0, 1, 2]
     j.transport.close()
+
+
+def test_a_class_through_another_relay_admits_on_the_hosts_own_port(tmp_path) -> None:
+    """`host --relay URL`: no relay here; the code names the host's node port, which serves the
+    admissions, and students are handed the class's relay with the key."""
+    from swarm_util import RelayThread
+
+    relay = RelayThread()
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, relay=relay.url)
+    h = ClassHost(
+        cfg,
+        HostOptions(address="127.0.0.1", web=""),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    ).start()
+    try:
+        assert h.services.relay is None and h.code.endswith(f"@127.0.0.1:{h.transport.port}")
+        j = student(h, tmp_path, "ada")
+        assert j.relay == relay.url and j.invite.relay_port == 0
+        j.transport.start()
+        assert j.transport.wait_for(lambda: f"relay:{relay.url}" in j.transport.connected(), 10)
+        linked_host = h.transport.ident.node_id
+        assert j.transport.wait_for(lambda: linked_host in j.transport.connected(), 10)
+        j.transport.close()
+    finally:
+        h.close()
+        relay.close()
