@@ -15,6 +15,7 @@ from test_sim import FAST
 from sapo_edge.classroom.host import ClassHost, HostOptions
 from sapo_edge.cli import build_parser, config_from_args, main
 from sapo_edge.paths import runs_dir
+from sapo_edge.runs import list_runs
 from sapo_edge.swarm.identity import Identity, load_or_create
 
 pytestmark = pytest.mark.slow
@@ -63,6 +64,8 @@ def test_a_student_joins_by_code_trains_and_rejoins_keeping_its_row(tiny_qwen, t
         ]
         metrics = (folder / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(m)["round"] for m in metrics] == [0, 1, 2]
+        (listed,) = list_runs(runs_dir())  # `sapo-edge runs`: rejoin with the code, not `run`
+        assert listed.rounds == 3 and listed.resume.startswith("sapo-edge join CODE")
     finally:
         host.close()
 
