@@ -129,9 +129,9 @@ def class_config(invite: Invite, local: dict[str, Any]) -> Config:
             )
     try:
         return Config.from_dict({**invite.settings, **mine}, source="the class's settings")
-    except ConfigError as e:
+    except ConfigError as e:  # the host's values may be anything: one clean, short line
         raise ConfigError(
-            f"{e} (ask the teacher; flags you may change: --model, --rounds)"
+            f"{clean(str(e), 300)} (ask the teacher; this laptop may change --model, --rounds)"
         ) from None
 
 
