@@ -110,3 +110,11 @@ def test_host_refuses_a_secret_and_solo(tmp_path, capsys) -> None:
     assert "a class is a swarm" in capsys.readouterr().err
     assert main(["join", "7-acorn-zinnia", "--headless"]) == 2
     assert "no host address" in capsys.readouterr().err
+    for flags, says in [
+        (["--web", "localhost"], "HOST:PORT"),
+        (["--code-minutes", "0"], "positive"),
+        (["--address", "bad address"], "IP address or name"),
+        (["--relay-port", "70000"], "between 1 and 65535"),
+    ]:
+        assert main(["host", *flags, *out]) == 2
+        assert says in capsys.readouterr().err

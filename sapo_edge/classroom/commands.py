@@ -49,6 +49,21 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
         raise ConfigError("--solo and `host` do not go together: a class is a swarm.")
     if not 0 <= args.relay_port < 65536:
         raise ConfigError(f"--relay-port {args.relay_port}: use a port between 1 and 65535.")
+    if not args.code_minutes > 0:
+        raise ConfigError(f"--code-minutes {args.code_minutes}: use a positive number of minutes.")
+    web_host, _, web_port = args.web.rpartition(":")
+    if not args.no_web and not (web_port.isdigit() and int(web_port) < 65536 and web_host):
+        raise ConfigError(f"--web {args.web!r}: write HOST:PORT, e.g. 127.0.0.1:7746.")
+    if args.address:
+        from .code import CodeError, format_code, parse_code
+
+        try:
+            parse_code(format_code("1-acorn-acorn", args.address, 1))
+        except CodeError:
+            raise ConfigError(
+                f"--address {args.address!r}: give the IP address or name students reach this "
+                "laptop at, e.g. 192.168.1.20."
+            ) from None
     if cfg.out_dir and (Path(cfg.out_dir).expanduser() / "class.jsonl").exists():
         raise ConfigError(
             f"{cfg.out_dir} holds a class already: pass another --out-dir (or none, for a new "
