@@ -102,7 +102,7 @@ def test_a_laptop_too_small_for_the_class_says_so_before_loading(tmp_path, capsy
         host.close()
 
 
-def test_host_refuses_a_secret_and_solo(tmp_path, capsys) -> None:
+def test_bad_host_and_join_flags_end_in_one_sentence(tmp_path, capsys) -> None:
     out = ["--out-dir", str(tmp_path / "c")]
     assert main(["host", "--secret-file", "x", *out]) == 2
     assert "fresh room key" in capsys.readouterr().err
