@@ -22,6 +22,7 @@ from .handshake import KIND_SEALED
 from .identity import Identity
 from .intake import Intake
 from .links import Link, LinkLayer
+from .nats_transport import NatsRoute, is_nats_url
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .roomkey import RoomKeys, describe_room, room_keys
@@ -66,6 +67,8 @@ class NetworkTransport(LinkLayer):
         max_tracked: int = 4096,
         guard: GuardLimits | None = None,
         admissions: Admissions | None = None,
+        max_inbound_groups: int = 128,
+        nats_options: dict | None = None,
         log: Callable[[str], None] = print,
     ) -> None:
         keys = keys or room_keys(room, secret)
@@ -106,6 +109,17 @@ class NetworkTransport(LinkLayer):
             notify=self._notify,
         )
         self.verifier, self.inbox = self.intake.verifier, self.intake.inbox
+        self.nats: NatsRoute | None = None
+        if is_nats_url(relay):  # the room over a NATS server or cluster, sharded
+            self.nats = NatsRoute(
+                relay,
+                keys.relay_id,
+                self.intake,
+                name=self.name,
+                budget_groups=max_inbound_groups,
+                log=log,
+                **(nats_options or {}),
+            )
         if keys.is_open:
             log(describe_room(keys))
 
@@ -135,6 +149,9 @@ class NetworkTransport(LinkLayer):
             self._loop.call_soon_threadsafe(self._broadcast, seal(self.keys, msg), batch_id)
 
     def receive(self) -> list[tuple[str, bytes]]:
+        """What arrived since the last call; one call per round (the NATS budget's clock)."""
+        if self.nats is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.nats.round_done)
         return self.intake.drain()
 
     def describe(self) -> str:
@@ -152,8 +169,11 @@ class NetworkTransport(LinkLayer):
         text = f"{len(direct)} peer{'s' if len(direct) != 1 else ''} connected"
         if vias:
             text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(vias.items())) + ")"
-        if self.relay_url:
-            text += f"; relay {'up' if relay_up else 'down'}, {heard} node{'s' if heard != 1 else ''} heard in 5 min"
+        nodes = f"{heard} node{'s' if heard != 1 else ''} heard in 5 min"
+        if self.nats is not None:
+            text += f"; {self.nats.describe()}, {nodes}"
+        elif self.relay_url:
+            text += f"; relay {'up' if relay_up else 'down'}, {nodes}"
         return text + f"; listening on :{self.port}"
 
     def peers(self) -> list[PeerInfo]:
@@ -167,7 +187,8 @@ class NetworkTransport(LinkLayer):
     def connected(self) -> list[str]:
         """Keys of the live links: peer node ids and 'relay:URL'."""
         with self._lock:
-            return list(self._links)
+            up = self.nats is not None and self.nats.up
+            return list(self._links) + ([self.nats.key] if up else [])  # type: ignore[union-attr]
 
     def lan_peers(self) -> set[str]:
         """Node ids that LAN discovery currently shows in this room."""
@@ -179,10 +200,22 @@ class NetworkTransport(LinkLayer):
         if self.admissions is not None:
             app.router.add_get("/admit", serve_admission(self.admissions, self.log, self._notify))
 
+    async def _startup(self) -> None:
+        await super()._startup()
+        if self.nats is not None:
+            await self.nats.start()
+
+    async def _shutdown(self) -> None:
+        if self.nats is not None:
+            await self.nats.close()
+        await super()._shutdown()
+
     def _broadcast(self, sealed: bytes, batch_id: str) -> None:
         self.verifier.remember(self.ident.node_id, batch_id, "self")  # our echo is not news
         for link in self._links.values():
             link.outbox.put(KIND_SEALED, sealed)
+        if self.nats is not None:
+            self.nats.publish(sealed)
         with self._lock:
             self.counters["published"] += 1
 
