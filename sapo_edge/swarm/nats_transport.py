@@ -101,6 +101,7 @@ class NatsRoute:
         pending_bytes: int = 64 << 20,
         log: Callable[[str], None] = print,
         rng: random.Random | None = None,
+        nc=None,
     ) -> None:
         self.servers = nats_servers(url)
         self.key = "relay:" + ",".join(self.servers)
@@ -116,7 +117,8 @@ class NatsRoute:
         self.ping_interval, self.connect_timeout = ping_interval, connect_timeout
         self.pending_bytes = pending_bytes
         self.rng = rng or random.Random(os.urandom(16))
-        self.nc = None
+        self.nc = nc  # given: a connection shared by many simulated nodes (bench/scale.py)
+        self.shared = nc is not None
         self.subs: list = []
         self.subjects: list[str] = []
         self.up = False
@@ -134,8 +136,12 @@ class NatsRoute:
     async def start(self) -> None:
         """Connect in the background (retrying with backoff): a node whose NATS server is
         down still starts, trains on LAN peers, and joins when the server comes up."""
-        self._connect_task = asyncio.get_running_loop().create_task(self._connect_loop())
         self._spawn(self._tick_loop())
+        if self.shared:
+            self._set_up(True)
+            await self._subscribe(self.planner.fan)
+            return
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect_loop())
 
     async def _connect_loop(self) -> None:
         import nats
@@ -182,7 +188,7 @@ class NatsRoute:
         for t in [self._connect_task, *self._tasks]:
             if t is not None:
                 t.cancel()
-        if self.nc is not None:
+        if self.nc is not None and not self.shared:
             try:
                 await asyncio.wait_for(self.nc.close(), 5.0)
             except (TimeoutError, OSError, asyncio.CancelledError):
@@ -293,16 +299,16 @@ class NatsRoute:
             self._spawn(self._subscribe(self.planner.fan))
 
     # ------------------------------------------------------------------ publishing
-    def publish(self, sealed: bytes) -> None:
+    def publish(self, sealed: bytes) -> str | None:
         """Send one sealed batch to a uniformly drawn leaf (buffered by the client while it
-        reconnects; lost if it never does: NATS core is at most once)."""
+        reconnects; lost if it never does: NATS core is at most once). Returns the subject."""
         if len(sealed) > MAX_SEALED_BYTES:
-            return
+            return None
         nc = self.nc
         if nc is None or nc.is_closed:
             with self.lock:
                 self.counters["nats_publish_dropped"] += 1
-            return
+            return None
         if len(sealed) > nc.max_payload:
             with self.lock:
                 self.counters["publish_too_large"] += 1
@@ -310,8 +316,10 @@ class NatsRoute:
                 f"a batch of {len(sealed)} bytes is over the NATS server's max_payload "
                 f"({nc.max_payload}); raise max_payload to 2MB in its config (packaging/nats/)."
             )
-            return
-        self._spawn(self._publish(nc, leaf_subject(self.relay_id, self.rng), sealed))
+            return None
+        subject = leaf_subject(self.relay_id, self.rng)
+        self._spawn(self._publish(nc, subject, sealed))
+        return subject
 
     async def _publish(self, nc, subject: str, sealed: bytes) -> None:
         from nats.errors import Error as NatsError
