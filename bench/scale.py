@@ -45,8 +45,6 @@ async def _worker(conn, kind: str, target, count: int, seed: int, opts: dict) ->
     import nats
 
     from sapo_edge.swarm.guard import raise_fd_limit
-    from sapo_edge.swarm.shards import NARROWEST
-
     raise_fd_limit(count * 2 + 256)
     keys = room_keys("scale", opts["code"])
     shape = Shape(**opts["shape"])
@@ -75,7 +73,6 @@ async def _worker(conn, kind: str, target, count: int, seed: int, opts: dict) ->
                     budget_groups=opts["budget"],
                     tick_s=opts["tick_s"],
                     round_s=opts["round_s"],
-                    start_fan=NARROWEST,
                 )
             )
         for n in nodes:

@@ -127,6 +127,7 @@ class NatsRoute:
         self.opened = 0  # messages opened this round
         self.groups = 0  # groups delivered this round
         self.batches = 0  # batches delivered this round
+        self.heard = 0  # messages that arrived this round, opened or not
         self.on_batch: Callable[[object, float], None] | None = None  # (batch, arrival time)
         self._tasks: set[asyncio.Task] = set()
         self._connect_task: asyncio.Task | None = None
@@ -252,6 +253,10 @@ class NatsRoute:
                     pending_bytes_limit=per_sub,
                 )
             )
+        try:  # the server has our interest before anyone counts on it
+            await nc.flush(timeout=5)
+        except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
+            pass
         with self.lock:
             self.planner.fan, self.subjects = fan, subjects
             self.counters["nats_subscribed"] += 1
@@ -261,6 +266,7 @@ class NatsRoute:
         data = msg.data
         self.estimate.arrived()
         with self.lock:
+            self.heard += 1
             self.counters["nats_in_msgs"] += 1
             self.counters["nats_in_bytes"] += len(data)
             budget = self.planner.budget_groups
@@ -292,8 +298,9 @@ class NatsRoute:
         now = time.monotonic()
         with self.lock:
             per_batch = self.groups / self.batches if self.batches else None
-            self.opened = self.groups = self.batches = 0
-        due = self.planner.round_done(now - self.round_start, per_batch)
+            heard = self.heard
+            self.opened = self.groups = self.batches = self.heard = 0
+        due = self.planner.round_done(now - self.round_start, per_batch, heard)
         self.round_start = now
         if due and self.up:
             self._spawn(self._subscribe(self.planner.fan))

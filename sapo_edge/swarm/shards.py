@@ -100,22 +100,25 @@ class RateEstimate:
         return self.seen / exposure if exposure > 0 else None
 
 
+START = FanIn(2, 1)  # 1/256 of the room until this node has heard enough to tell its size
+
+
 @dataclass
 class ShardPlanner:
-    """Decides a node's fan-in, tick by tick (pure: the NATS route applies what it says).
+    """Decides a node's fan-in (pure: the NATS route applies what it says).
 
-    budget_groups: the most groups this node takes in per round (the setting); groups_per_batch:
-    measured; round_s: this node's round time, measured between drains. While fewer than
-    `min_sample` batches arrived in the window, the fan-in widens 16x per tick (a new node starts
-    at the narrowest, so joining a huge swarm never floods it; a small room reaches 'everything'
-    after MAX_DEPTH ticks)."""
+    budget_groups: the most groups this node takes in per round (the setting); groups_per_batch
+    and round_s (this node's round time, between drains) are measured. A node starts at START:
+    joining a swarm of 100,000 costs it ~400 batches once, not the whole room. It narrows as
+    soon as the estimate says it is over budget (any tick), and widens 16x after a round in which
+    it heard fewer than `min_sample` batches (a small room reaches 'everything' in two rounds)."""
 
     budget_groups: int = 64
     redraw_rounds: int = 3
     min_sample: int = 3
     groups_per_batch: float = 8.0
     round_s: float = 60.0
-    fan: FanIn = NARROWEST
+    fan: FanIn = START
     rounds_since_draw: int = 0
     rounds: int = 0
 
@@ -127,23 +130,26 @@ class ShardPlanner:
         """The fan-in to use from now on, given the estimate so far."""
         rate = est.rate()
         if est.seen < self.min_sample or rate is None:
-            if self.fan.depth == 0:
-                return self.fan
-            return FanIn(self.fan.depth - 1, 1)  # too little heard to tell: widen
+            return self.fan  # too little heard to tell: widening waits for the round's end
         want = choose_fanin(rate * self.round_s, self.budget_batches)
         # hysteresis: move when over budget, or when the share could at least double
         if want.share < self.fan.share or want.share >= 2 * self.fan.share:
             return want
         return self.fan
 
-    def round_done(self, seconds: float, groups_per_batch: float | None) -> bool:
-        """A round ended (the trainer drained); True when the subtrees are due to be redrawn."""
+    def round_done(self, seconds: float, groups_per_batch: float | None, heard: int) -> bool:
+        """A round ended (the trainer drained; `heard` batches arrived in it); True when the
+        subscriptions must change: widened, or due to be drawn again."""
         if seconds > 0:
             self.round_s = 0.7 * self.round_s + 0.3 * seconds if self.rounds else seconds
         self.rounds += 1
         if groups_per_batch:
             self.groups_per_batch = 0.7 * self.groups_per_batch + 0.3 * groups_per_batch
         self.rounds_since_draw += 1
+        if heard < self.min_sample and self.fan.depth > 0:
+            self.fan = FanIn(self.fan.depth - 1, 1)
+            self.rounds_since_draw = 0
+            return True
         if self.rounds_since_draw >= self.redraw_rounds:
             self.rounds_since_draw = 0
             return True
