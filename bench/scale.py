@@ -45,6 +45,7 @@ async def _worker(conn, kind: str, target, count: int, seed: int, opts: dict) ->
     import nats
 
     from sapo_edge.swarm.guard import raise_fd_limit
+
     raise_fd_limit(count * 2 + 256)
     keys = room_keys("scale", opts["code"])
     shape = Shape(**opts["shape"])

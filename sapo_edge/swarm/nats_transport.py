@@ -253,10 +253,11 @@ class NatsRoute:
                     pending_bytes_limit=per_sub,
                 )
             )
-        try:  # the server has our interest before anyone counts on it
-            await nc.flush(timeout=5)
-        except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
-            pass
+        if not self.shared:  # the server has our interest before anyone counts on it
+            try:
+                await nc.flush(timeout=5)
+            except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
+                pass
         with self.lock:
             self.planner.fan, self.subjects = fan, subjects
             self.counters["nats_subscribed"] += 1
@@ -300,7 +301,8 @@ class NatsRoute:
             per_batch = self.groups / self.batches if self.batches else None
             heard = self.heard
             self.opened = self.groups = self.batches = self.heard = 0
-        due = self.planner.round_done(now - self.round_start, per_batch, heard)
+        due = self.planner.round_done(now - self.round_start, per_batch, heard, self.estimate.seen)
+        self.estimate.window_s = max(30.0, 3 * self.planner.round_s)  # ~3 rounds of arrivals
         self.round_start = now
         if due and self.up:
             self._spawn(self._subscribe(self.planner.fan))

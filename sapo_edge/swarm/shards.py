@@ -111,7 +111,8 @@ class ShardPlanner:
     and round_s (this node's round time, between drains) are measured. A node starts at START:
     joining a swarm of 100,000 costs it ~400 batches once, not the whole room. It narrows as
     soon as the estimate says it is over budget (any tick), and widens 16x after a round in which
-    it heard fewer than `min_sample` batches (a small room reaches 'everything' in two rounds)."""
+    it heard too little to estimate (fewer than `min_sample` batches in the round and in the
+    estimate's window): a small room reaches 'everything' in two rounds."""
 
     budget_groups: int = 64
     redraw_rounds: int = 3
@@ -121,6 +122,7 @@ class ShardPlanner:
     fan: FanIn = START
     rounds_since_draw: int = 0
     rounds: int = 0
+    measured_batches: bool = False
 
     @property
     def budget_batches(self) -> float:
@@ -131,22 +133,30 @@ class ShardPlanner:
         rate = est.rate()
         if est.seen < self.min_sample or rate is None:
             return self.fan  # too little heard to tell: widening waits for the round's end
-        want = choose_fanin(rate * self.round_s, self.budget_batches)
-        # hysteresis: move when over budget, or when the share could at least double
-        if want.share < self.fan.share or want.share >= 2 * self.fan.share:
-            return want
-        return self.fan
+        room = rate * self.round_s  # the room's batches per round of this node
+        inbound, budget = room * self.fan.share, self.budget_batches
+        # hysteresis: choose_fanin() aims at [budget/2, budget]; the estimate is noisy
+        if 0.4 * budget <= inbound <= 1.3 * budget:
+            return self.fan
+        return choose_fanin(room, budget)
 
-    def round_done(self, seconds: float, groups_per_batch: float | None, heard: int) -> bool:
-        """A round ended (the trainer drained; `heard` batches arrived in it); True when the
-        subscriptions must change: widened, or due to be drawn again."""
+    def round_done(
+        self, seconds: float, groups_per_batch: float | None, heard: int, seen: int | None = None
+    ) -> bool:
+        """A round ended (the trainer drained; `heard` batches arrived in it, `seen` in the
+        estimate's window); True when the subscriptions must change: widened (too little heard
+        to estimate anything), or due to be drawn again."""
         if seconds > 0:
             self.round_s = 0.7 * self.round_s + 0.3 * seconds if self.rounds else seconds
         self.rounds += 1
         if groups_per_batch:
-            self.groups_per_batch = 0.7 * self.groups_per_batch + 0.3 * groups_per_batch
+            first = not self.measured_batches
+            self.groups_per_batch = (
+                groups_per_batch if first else 0.7 * self.groups_per_batch + 0.3 * groups_per_batch
+            )
+            self.measured_batches = True
         self.rounds_since_draw += 1
-        if heard < self.min_sample and self.fan.depth > 0:
+        if max(heard, seen or 0) < self.min_sample and self.fan.depth > 0:
             self.fan = FanIn(self.fan.depth - 1, 1)
             self.rounds_since_draw = 0
             return True
