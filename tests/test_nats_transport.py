@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from nats_util import NatsCluster, require_binary
 from scripted import Quiet, ScriptedBackend, make_cfg
+from swarm_util import RelayThread, connect, envelope, keys_of, net, sealed
 from task_configs import ONE_DIGIT_ADD
-from swarm_util import RelayThread, batch_for, connect, envelope, keys_of, net, sealed
 
 from sapo_edge.config import Config, ConfigError
 from sapo_edge.swarm.batches import MAX_SEALED_BYTES, seal
@@ -111,7 +111,7 @@ def test_two_tiny_model_nodes_on_different_servers_train_on_each_others_groups(
     try:
         trained = {"a": set(), "b": set()}
         for _ in range(8):  # the first rounds may publish before the routes carry the interest
-            for node, t, other in ((nodes[0], a, b), (nodes[1], b, a)):
+            for node, other in ((nodes[0], b), (nodes[1], a)):
                 before = other.counters["delivered"]
                 report = node.run_round()
                 trained[node.name].update(report.external_from)
@@ -227,7 +227,7 @@ def test_hostile_payloads_through_nats_get_the_relays_counted_rejections(cluster
                 await nc.flush()
                 ok = await asyncio.to_thread(
                     n.wait_for,
-                    (lambda: n.counters["delivered"] > delivered)
+                    (lambda d=delivered: n.counters["delivered"] > d)
                     if reason is None
                     else (lambda r=reason, b=before: _counted(n, n.nats.key, me).get(r, 0) > b),
                     5,
@@ -257,7 +257,7 @@ def test_hostile_payloads_through_nats_get_the_relays_counted_rejections(cluster
         async def through_ws() -> None:
             c = await connect(r.url, me, keys_of("default", code), relay=True)
             try:
-                for data, reason in cases:
+                for data, _reason in cases:
                     await c.send_sealed(data)
                 total = len([x for x in cases if x[1]])
                 ok = await asyncio.to_thread(
