@@ -127,7 +127,7 @@ async def _worker(conn, kind: str, target, count: int, seed: int, opts: dict) ->
                         "rejected": sum(
                             v for k, v in n.counters.items() if k.startswith("rejected:")
                         ),
-                        "slow": n.counters["nats_slow_consumer"],
+                        "slow": n.counters["nats_slow_consumer"] + n.counters["ws_closed"],
                     }
                 )
             await asyncio.sleep(0.05)  # redraws scheduled by round_done() go out

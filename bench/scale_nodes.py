@@ -238,7 +238,10 @@ class WsSimNode(SimNode):
 
         sealed, batch_id = self.sealed_batch(round_)
         t = time.time()
-        await self.session.channel.send(KIND_SEALED, sealed)
+        try:
+            await self.session.channel.send(KIND_SEALED, sealed)
+        except (ConnectionError, RuntimeError):  # the relay dropped us (e.g. a late pong)
+            self.counters["ws_dropped"] += 1
         return batch_id, None, t
 
     def end_round(self) -> RoundStats:
