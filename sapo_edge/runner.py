@@ -172,6 +172,7 @@ def _build_networked(cfg: Config, callback: Callback, log: Callable[[str], None]
         listen=cfg.listen,
         peers=cfg.peer,
         relay=cfg.relay,
+        max_inbound_groups=cfg.max_inbound_groups,
         mdns=cfg.mdns,
         name=name,
         log=log,
