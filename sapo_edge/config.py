@@ -185,7 +185,16 @@ class Config:
         command="run",
     )
     relay: str = _f(
-        "", "Relay ws://HOST:PORT to reach nodes beyond the LAN (empty = none).", command="run"
+        "",
+        "Relay ws://HOST:PORT to reach nodes beyond the LAN, or a NATS server or cluster "
+        "nats://HOST:4222 (tls://, or a comma list) for big swarms (empty = none).",
+        command="run",
+    )
+    max_inbound_groups: int = _f(
+        128,
+        "NATS relay: the most peer groups this node takes in per round, whatever the swarm's "
+        "size (the room is sharded; see docs/scale.md).",
+        command="run",
     )
     mdns: bool = _f(
         True,
@@ -333,8 +342,14 @@ class Config:
             )
         need(
             self.relay == ""
-            or (self.relay.startswith(("ws://", "wss://")) and len(self.relay) > 6),
-            f"relay {self.relay!r}: write HOST, HOST:PORT or ws://HOST:PORT (or leave it empty).",
+            or (self.relay.startswith(("ws://", "wss://")) and len(self.relay) > 6)
+            or _nats_relay_ok(self.relay),
+            f"relay {self.relay!r}: write HOST, HOST:PORT, ws://HOST:PORT or nats://HOST:4222 (or leave it empty)"
+            + _nats_relay_problem(self.relay),
+        )
+        need(
+            self.max_inbound_groups >= 1,
+            f"max_inbound_groups is {self.max_inbound_groups}: use 1 or more (default 128).",
         )
         need(
             isinstance(self.domains, dict) and len(self.domains) > 0,
@@ -514,3 +529,22 @@ def _coerce(key: str, value: Any, type_name: Any, source: str) -> Any:
             f"{source}: {key} should be {want.__name__}, got {type(value).__name__} {value!r}."
         )
     return value
+
+
+def _nats_relay_problem(relay: str) -> str:
+    """'; why' for a nats:// or tls:// relay that cannot be used, else '.'."""
+    from .swarm.nats_transport import is_nats_url, nats_servers
+
+    if not is_nats_url(relay):
+        return "."
+    try:
+        nats_servers(relay)
+    except ValueError as e:
+        return f"; {e}"
+    return "."
+
+
+def _nats_relay_ok(relay: str) -> bool:
+    from .swarm.nats_transport import is_nats_url
+
+    return is_nats_url(relay) and _nats_relay_problem(relay) == "."

@@ -185,6 +185,7 @@ def _build_networked(
             listen=cfg.listen,
             peers=cfg.peer,
             relay=cfg.relay,
+            max_inbound_groups=cfg.max_inbound_groups,
             mdns=cfg.mdns,
             name=name,
             log=log,

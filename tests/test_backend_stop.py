@@ -27,6 +27,8 @@ def _samples(backend) -> list[Sample]:
         Sample(m, backend.encode_completion(t, finished=True, max_new_tokens=64), adv)
         for m, t, adv in TEXTS
     ]
+
+
 HAS_MLX = importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm")
 KINDS = ["torch", pytest.param("mlx", marks=pytest.mark.skipif(not HAS_MLX, reason="no mlx"))]
 

@@ -245,6 +245,7 @@ class ClassHost:
             listen=self.cfg.listen,
             peers=self.cfg.peer,
             relay=relay_url,
+            max_inbound_groups=self.cfg.max_inbound_groups,
             mdns=self.cfg.mdns,
             mdns_interfaces=self.opts.mdns_interfaces,
             model=self.cfg.model,

@@ -168,6 +168,7 @@ def join_class(
         listen=cfg.listen,
         peers=[f"{code.host}:{invite.node_port}"] if invite.node_port else [],
         relay=relay,
+        max_inbound_groups=cfg.max_inbound_groups,
         mdns=cfg.mdns,
         mdns_interfaces=mdns_interfaces,
         model=cfg.model,

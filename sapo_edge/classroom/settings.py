@@ -34,6 +34,7 @@ LOCAL_FIELDS = frozenset(
         "keep_checkpoints",
         "listen",
         "mdns",
+        "max_inbound_groups",  # a NATS route's per-round intake: this laptop's capacity
     }
 )
 # The network and the preset name are the room's own business (never sent); everything else

@@ -24,6 +24,7 @@ from .guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_error
 from .handshake import KIND_MESSAGE, KIND_SEALED, HandshakeError, LinkBroken, LocalInfo, Session
 from .handshake import handshake as run_handshake
 from .identity import Identity
+from .nats_transport import is_nats_url
 from .peer import MAX_FRAME_BYTES, Closed, Outbox, read_raw
 from .peerbook import PeerBook, PeerStats
 from .protocol import Bye, ProtocolError, make_bye, parse_message
@@ -205,7 +206,7 @@ class LinkLayer:
         self._session = aiohttp.ClientSession()
         for target in self.manual:
             self._dial(target, "manual")
-        if self.relay_url:
+        if self.relay_url and not is_nats_url(self.relay_url):  # NATS: network.py's NatsRoute
             self._dial(self.relay_url, "relay")
         if self.mdns:
             self._spawn(self._start_discovery())

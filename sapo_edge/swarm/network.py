@@ -16,14 +16,15 @@ from aiohttp import web
 from sapo_edge.rollout import RolloutError, decode_batch
 
 from .admission import Admissions, serve_admission
-from .batches import BatchRejected, RolloutVerifier, make_rollouts, seal
+from .batches import make_rollouts, seal
 from .guard import GuardLimits
 from .handshake import KIND_SEALED
 from .identity import Identity
-from .inbox import FairInbox
+from .intake import Intake
 from .links import Link, LinkLayer
+from .nats_transport import NatsRoute, is_nats_url
 from .peers import PeerInfo
-from .protocol import MAX_MESSAGE_BYTES, ProtocolError, Stats
+from .protocol import MAX_MESSAGE_BYTES
 from .roomkey import RoomKeys, describe_room, room_keys
 from .stats import StatsChannel
 
@@ -67,6 +68,8 @@ class NetworkTransport(StatsChannel, LinkLayer):
         max_tracked: int = 4096,
         guard: GuardLimits | None = None,
         admissions: Admissions | None = None,
+        max_inbound_groups: int = 128,
+        nats_options: dict | None = None,
         log: Callable[[str], None] = print,
     ) -> None:
         keys = keys or room_keys(room, secret)
@@ -94,11 +97,31 @@ class NetworkTransport(StatsChannel, LinkLayer):
             log=log,
         )
         self.room = keys.lan_id
-        self.max_batches_per_minute = max_batches_per_minute
         self.admissions = admissions
-        self.verifier = RolloutVerifier(keys, window_s=window_s, stale_rounds=stale_rounds)
-        self.inbox = FairInbox(inbox_limit, inbox_bytes)
-        self._init_stats()  # members' per-round stats (publish_stats, on_stats): stats.py
+        self.intake = Intake(
+            identity.node_id,
+            keys,
+            self.book,
+            window_s=window_s,
+            stale_rounds=stale_rounds,
+            inbox_limit=inbox_limit,
+            inbox_bytes=inbox_bytes,
+            max_batches_per_minute=max_batches_per_minute,
+            notify=self._notify,
+        )
+        self.verifier, self.inbox = self.intake.verifier, self.intake.inbox
+        # members' per-round stats (publish_stats, on_stats) come in through the intake too
+        self.nats: NatsRoute | None = None
+        if is_nats_url(relay):  # the room over a NATS server or cluster, sharded
+            self.nats = NatsRoute(
+                relay,
+                keys.relay_id,
+                self.intake,
+                name=self.name,
+                budget_groups=max_inbound_groups,
+                log=log,
+                **(nats_options or {}),
+            )
         if keys.is_open:
             log(describe_room(keys))
 
@@ -128,8 +151,10 @@ class NetworkTransport(StatsChannel, LinkLayer):
             self._loop.call_soon_threadsafe(self._broadcast, seal(self.keys, msg), batch_id)
 
     def receive(self) -> list[tuple[str, bytes]]:
-        with self._lock:
-            return self.inbox.drain()
+        """What arrived since the last call; one call per round (the NATS budget's clock)."""
+        if self.nats is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.nats.round_done)
+        return self.intake.drain()
 
     def describe(self) -> str:
         """e.g. '2 peers connected (1 lan, 1 manual); relay up, 3 nodes heard in 5 min'."""
@@ -146,8 +171,11 @@ class NetworkTransport(StatsChannel, LinkLayer):
         text = f"{len(direct)} peer{'s' if len(direct) != 1 else ''} connected"
         if vias:
             text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(vias.items())) + ")"
-        if self.relay_url:
-            text += f"; relay {'up' if relay_up else 'down'}, {heard} node{'s' if heard != 1 else ''} heard in 5 min"
+        nodes = f"{heard} node{'s' if heard != 1 else ''} heard in 5 min"
+        if self.nats is not None:
+            text += f"; {self.nats.describe()}, {nodes}"
+        elif self.relay_url:
+            text += f"; relay {'up' if relay_up else 'down'}, {nodes}"
         return text + f"; listening on :{self.port}"
 
     def peers(self) -> list[PeerInfo]:
@@ -161,7 +189,8 @@ class NetworkTransport(StatsChannel, LinkLayer):
     def connected(self) -> list[str]:
         """Keys of the live links: peer node ids and 'relay:URL'."""
         with self._lock:
-            return list(self._links)
+            up = self.nats is not None and self.nats.up
+            return list(self._links) + ([self.nats.key] if up else [])  # type: ignore[union-attr]
 
     def lan_peers(self) -> set[str]:
         """Node ids that LAN discovery currently shows in this room."""
@@ -173,57 +202,25 @@ class NetworkTransport(StatsChannel, LinkLayer):
         if self.admissions is not None:
             app.router.add_get("/admit", serve_admission(self.admissions, self.log, self._notify))
 
+    async def _startup(self) -> None:
+        await super()._startup()
+        if self.nats is not None:
+            await self.nats.start()
+
+    async def _shutdown(self) -> None:
+        if self.nats is not None:
+            await self.nats.close()
+        await super()._shutdown()
+
     def _broadcast(self, sealed: bytes, batch_id: str) -> None:
         self.verifier.remember(self.ident.node_id, batch_id, "self")  # our echo is not news
         for link in self._links.values():
             link.outbox.put(KIND_SEALED, sealed)
+        if self.nats is not None:
+            self.nats.publish(sealed)
         with self._lock:
             self.counters["published"] += 1
 
     def _on_sealed(self, link: Link, data: bytes) -> bool:
         """Open, verify and deliver one sealed batch; True when the link should be dropped."""
-        route = link.key
-        relay = route.startswith("relay:")
-        try:
-            msg = self.verifier.open(data)
-        except ProtocolError as e:  # nobody inside is provable: the route sent it
-            return self._reject(route, e.reason)
-        if isinstance(msg, Stats):
-            return self._on_stats(link, msg)
-        if not relay and msg.sender != route:
-            return self._reject(route, "wrong_sender")
-        if msg.sender == self.ident.node_id:
-            return False  # our own batch, echoed
-        sender_st = self._stats.get(msg.sender)
-        if sender_st and sender_st.muted_until > time.time():
-            with self._lock:
-                self.counters["dropped_muted"] += 1
-            return False
-        try:
-            batch = self.verifier.verify(msg, route, admit=self._rate_ok)
-        except BatchRejected as e:
-            who = e.signer or route
-            if who != route:
-                self.book.stat(who, None, "relay")
-            return self._reject(who, e.reason) and who == route
-        if batch is None:
-            with self._lock:
-                self.counters["duplicate"] += 1
-            self._notify()
-            return False
-        st = self.book.stat(msg.sender, None, "relay" if relay else link.via)
-        with self._lock:
-            st.last_seen = time.time()
-            st.received += batch.groups
-            st.accepted += batch.groups
-            dropped = self.inbox.put(msg.sender, batch.payload)
-            if dropped:
-                self.counters["inbox_dropped"] += dropped
-            self.counters["delivered"] += 1
-        self._notify()
-        return False
-
-    def _rate_ok(self, sender: str) -> bool:
-        """A new, validly signed batch from `sender`: within its batches per minute?"""
-        st = self.book.stat(sender, None, "")
-        return self.book.rate_ok(st, time.time(), self.max_batches_per_minute)
+        return self.intake.accept(link.key, link.via, data)

@@ -288,26 +288,69 @@ class StatsVerifier:
         return VerifiedStats(msg.sender, rounds, sent_at, route)
 
 
+class StatsIntake:
+    """Where a sealed stats message goes once opened (swarm/intake.py hands it over, whatever
+    route carried it): verified, counted, charged like a bad batch when bad, and handed to
+    `on_stats` (the class view's board; called on the network loop). Thread-confined."""
+
+    def __init__(self, self_id: str, keys: RoomKeys, book: Any, notify: Callable[[], None]) -> None:
+        self.self_id, self.book, self.notify = self_id, book, notify
+        self.counters = book.counters
+        self.verifier = StatsVerifier(keys)
+        self.on_stats: Callable[[VerifiedStats], None] | None = None
+        self.log: Callable[[str], None] = lambda _m: None
+
+    def accept(self, route: str, msg: Stats) -> bool:
+        """True when the route is a peer link that must be dropped (it is now muted)."""
+        if not route.startswith("relay:") and msg.sender != route:
+            return self.book.reject(route, "stats_wrong_sender")
+        if msg.sender == self.self_id:
+            return False  # our own, echoed
+        sender_st = self.book.stats.get(msg.sender)
+        if sender_st and sender_st.muted_until > time.time():
+            with self.book.changed:
+                self.counters["stats_dropped_muted"] += 1
+            return False
+        try:
+            verified = self.verifier.verify(msg, route)
+        except BatchRejected as e:
+            who = e.signer or route
+            if who != route:
+                self.book.stat(who, None, "relay")
+            return self.book.reject(who, f"stats_{e.reason}") and who == route
+        with self.book.changed:
+            self.counters["stats_duplicate" if verified is None else "stats_delivered"] += 1
+        if verified is not None and self.on_stats is not None:
+            try:
+                self.on_stats(verified)
+            except Exception as e:  # noqa: BLE001 - a view's bug must not drop the link
+                self.log(f"class view: could not record stats: {e}")
+        self.notify()
+        return False
+
+
 class StatsChannel:
-    """The stats half of NetworkTransport (mixed in): publish this node's figures to the room,
-    and verify, count and hand on what members send (`on_stats`, called on the network loop)."""
+    """The stats half of NetworkTransport (mixed in): publish this node's recent figures to
+    every link (and the NATS route), and hand what members send to `on_stats`."""
 
     # provided by LinkLayer / NetworkTransport
     ident: Identity
     keys: RoomKeys
     counters: Any
-    book: Any
+    intake: Any
+    nats: Any
     log: Callable[[str], None]
     _links: dict
     _lock: Any
     _loop: Any
-    _stats: dict
-    _reject: Callable[[str, str], bool]
-    _notify: Callable[[], None]
 
-    def _init_stats(self) -> None:
-        self.stats_verifier = StatsVerifier(self.keys)
-        self.on_stats: Callable[[VerifiedStats], None] | None = None
+    @property
+    def on_stats(self) -> Callable[[VerifiedStats], None] | None:
+        return self.intake.stats.on_stats
+
+    @on_stats.setter
+    def on_stats(self, handler: Callable[[VerifiedStats], None] | None) -> None:
+        self.intake.stats.on_stats, self.intake.stats.log = handler, self.log
 
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
         """Sign, seal and queue this node's recent figures for every link (never waits)."""
@@ -316,37 +359,10 @@ class StatsChannel:
             self._loop.call_soon_threadsafe(self._broadcast_stats, seal(self.keys, msg), stats_id)
 
     def _broadcast_stats(self, sealed: bytes, stats_id: str) -> None:
-        self.stats_verifier.remember(self.ident.node_id, stats_id, "self")
+        self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
         for link in self._links.values():
             link.outbox.put(KIND_SEALED, sealed)
+        if getattr(self, "nats", None) is not None:
+            self.nats.publish(sealed)
         with self._lock:
             self.counters["stats_published"] += 1
-
-    def _on_stats(self, link: Any, msg: Stats) -> bool:
-        """Verify and hand on one stats message; True when the link should be dropped."""
-        route = link.key
-        if not route.startswith("relay:") and msg.sender != route:
-            return self._reject(route, "stats_wrong_sender")
-        if msg.sender == self.ident.node_id:
-            return False  # our own, echoed
-        sender_st = self._stats.get(msg.sender)
-        if sender_st and sender_st.muted_until > time.time():
-            with self._lock:
-                self.counters["stats_dropped_muted"] += 1
-            return False
-        try:
-            verified = self.stats_verifier.verify(msg, route)
-        except BatchRejected as e:
-            who = e.signer or route
-            if who != route:
-                self.book.stat(who, None, "relay")
-            return self._reject(who, f"stats_{e.reason}") and who == route
-        with self._lock:
-            self.counters["stats_duplicate" if verified is None else "stats_delivered"] += 1
-        if verified is not None and self.on_stats is not None:
-            try:
-                self.on_stats(verified)
-            except Exception as e:  # noqa: BLE001 - a view's bug must not drop the link
-                self.log(f"class view: could not record stats: {e}")
-        self._notify()
-        return False

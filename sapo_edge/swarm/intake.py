@@ -1,0 +1,103 @@
+"""What every route does with a sealed batch that arrives, whatever carried it (a peer's
+websocket, the relay's, a NATS subscription): open, verify, charge whoever is provably at fault
+(the signer, or else the route), rate-limit the sender and hand the batch to the byte-bounded
+fair inbox. One copy of this path: NetworkTransport and the scale harness's nodes both use it.
+A sealed members' stats message (the class view's) goes to stats.StatsIntake instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .batches import BatchRejected, RolloutVerifier, VerifiedBatch
+from .inbox import FairInbox
+from .peerbook import PeerBook
+from .protocol import ProtocolError, Stats
+from .roomkey import RoomKeys
+from .stats import StatsIntake
+
+
+class Intake:
+    """Thread-confined to the network loop, except drain() (guarded by the book's lock)."""
+
+    def __init__(
+        self,
+        self_id: str,
+        keys: RoomKeys,
+        book: PeerBook,
+        *,
+        window_s: float = 300.0,
+        stale_rounds: int = 10,
+        inbox_limit: int = 1024,
+        inbox_bytes: int = 64 << 20,
+        max_batches_per_minute: int = 60,
+        notify: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.self_id, self.book, self.notify = self_id, book, notify
+        self.counters = book.counters
+        self.max_batches_per_minute = max_batches_per_minute
+        self.verifier = RolloutVerifier(keys, window_s=window_s, stale_rounds=stale_rounds)
+        self.inbox = FairInbox(inbox_limit, inbox_bytes)
+        self.stats = StatsIntake(self_id, keys, book, notify)
+
+    def accept(self, route: str, via: str, data: bytes) -> bool:
+        """Open, verify and deliver one sealed batch that came by `route` (a peer's node id, or
+        'relay:URL' for a relay or NATS route, where any member may be the signer). True when
+        the route is a peer link that must be dropped (it is now muted)."""
+        return self.accept_verified(route, via, data) is True
+
+    def accept_verified(self, route: str, via: str, data: bytes) -> bool | VerifiedBatch | None:
+        """accept(), returning the VerifiedBatch when one was delivered (for the harness's
+        counts), True when the route must be dropped, else None."""
+        relay = route.startswith("relay:")
+        try:
+            msg = self.verifier.open(data)
+        except ProtocolError as e:  # nobody inside is provable: the route sent it
+            return self._reject(route, e.reason) or None
+        if isinstance(msg, Stats):
+            return self.stats.accept(route, msg) or None
+        if not relay and msg.sender != route:
+            return self._reject(route, "wrong_sender") or None
+        if msg.sender == self.self_id:
+            return None  # our own batch, echoed
+        sender_st = self.book.stats.get(msg.sender)
+        if sender_st and sender_st.muted_until > time.time():
+            with self.book.changed:
+                self.counters["dropped_muted"] += 1
+            return None
+        try:
+            batch = self.verifier.verify(msg, route, admit=self._rate_ok)
+        except BatchRejected as e:
+            who = e.signer or route
+            if who != route:
+                self.book.stat(who, None, "relay")
+            return (self._reject(who, e.reason) and who == route) or None
+        if batch is None:
+            with self.book.changed:
+                self.counters["duplicate"] += 1
+            self.notify()
+            return None
+        st = self.book.stat(msg.sender, None, "relay" if relay else via)
+        with self.book.changed:
+            st.last_seen = time.time()
+            st.received += batch.groups
+            st.accepted += batch.groups
+            dropped = self.inbox.put(msg.sender, batch.payload)
+            if dropped:
+                self.counters["inbox_dropped"] += dropped
+            self.counters["delivered"] += 1
+        self.notify()
+        return batch
+
+    def drain(self) -> list[tuple[str, bytes]]:
+        with self.book.changed:
+            return self.inbox.drain()
+
+    def _rate_ok(self, sender: str) -> bool:
+        """A new, validly signed batch from `sender`: within its batches per minute?"""
+        st = self.book.stat(sender, None, "")
+        return self.book.rate_ok(st, time.time(), self.max_batches_per_minute)
+
+    def _reject(self, key: str, reason: str) -> bool:
+        return self.book.reject(key, reason)

@@ -1,0 +1,352 @@
+"""`--relay nats://HOST:4222` (or `tls://`): the room's sealed batches travel as NATS messages
+through a NATS server or cluster (nats-py, the official client), on subjects derived from the
+room's relay route id, sharded so a node's inbound stays under its budget (shards.py). What
+arrives goes through the same Intake as websocket links: every check, limit and counted
+rejection applies unchanged, charged to the route 'relay:<url>' when the signer is not provably
+at fault. On top, per round: at most `budget_groups` messages opened and groups delivered; the
+rest is shed unopened (counted). Clients reconnect to another server of the cluster on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import ssl
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from .batches import MAX_SEALED_BYTES
+from .intake import Intake
+from .shards import FanIn, RateEstimate, ShardPlanner, draw_subtrees, leaf_subject, subtree_subject
+
+SCHEMES = ("nats", "tls")
+ENV_USER, ENV_PASSWORD, ENV_TOKEN, ENV_CA = (
+    "SAPO_EDGE_NATS_USER",
+    "SAPO_EDGE_NATS_PASSWORD",
+    "SAPO_EDGE_NATS_TOKEN",
+    "SAPO_EDGE_NATS_CA",
+)
+
+
+def is_nats_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in SCHEMES
+
+
+def nats_servers(url: str) -> list[str]:
+    """The server URLs in a --relay value: `nats://a:4222` or a comma list
+    `nats://a:4222,nats://b:4222` (all nats:// or all tls://). ValueError says what to write."""
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    if not servers:
+        raise ValueError("write nats://HOST:4222 (or tls://HOST:4222).")
+    schemes = set()
+    for s in servers:
+        try:
+            parts = urlsplit(s)
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"{s!r} is not HOST:PORT: write nats://HOST:4222.") from None
+        if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+            raise ValueError(f"{s!r}: write nats://HOST:4222 or tls://HOST:4222.")
+        if parts.username or parts.password:
+            raise ValueError(
+                f"{redact(s)!r} holds credentials, which would be saved and shown: set "
+                f"{ENV_USER}/{ENV_PASSWORD} (or {ENV_TOKEN}) in the environment instead."
+            )
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"{s!r}: a NATS URL is only scheme://HOST:PORT.")
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"{s!r}: use a port between 1 and 65535.")
+        schemes.add(parts.scheme.lower())
+    if len(schemes) > 1:
+        raise ValueError("mix of nats:// and tls:// servers: use tls:// for all of them.")
+    return servers
+
+
+def redact(url: str) -> str:
+    """The URL without any user:password@ part (for messages)."""
+    scheme, sep, rest = url.partition("://")
+    return scheme + sep + rest.rsplit("@", 1)[-1] if sep else url
+
+
+def _tls_context() -> ssl.SSLContext:
+    ca = os.environ.get(ENV_CA, "")
+    return ssl.create_default_context(cafile=ca or None)
+
+
+class NatsRoute:
+    """One room over NATS. Lives on the network loop: start(), publish(), round_done(), close()
+    are called there (NetworkTransport schedules them); describe() and stats() from any thread.
+
+    intake: the receiving side (shared with the websocket links). budget_groups: the most groups
+    taken in per round. redraw_rounds: new subtrees every this many rounds. tick_s: how often the
+    fan-in is re-planned from the measured rate."""
+
+    def __init__(
+        self,
+        url: str,
+        relay_id: str,
+        intake: Intake,
+        *,
+        name: str = "",
+        budget_groups: int = 128,
+        redraw_rounds: int = 3,
+        tick_s: float = 2.0,
+        round_s: float = 60.0,
+        start_fan: FanIn | None = None,
+        reconnect_wait: float = 1.0,
+        ping_interval: float = 10.0,
+        connect_timeout: float = 5.0,
+        pending_bytes: int = 64 << 20,
+        log: Callable[[str], None] = print,
+        rng: random.Random | None = None,
+        nc=None,
+    ) -> None:
+        self.servers = nats_servers(url)
+        self.key = "relay:" + ",".join(self.servers)
+        self.relay_id, self.intake, self.name, self.log = relay_id, intake, name, log
+        self.counters = intake.counters
+        self.lock = intake.book.changed
+        self.planner = ShardPlanner(budget_groups=budget_groups, redraw_rounds=redraw_rounds)
+        self.planner.round_s = round_s
+        if start_fan is not None:
+            self.planner.fan = start_fan
+        self.estimate = RateEstimate()
+        self.tick_s, self.reconnect_wait = tick_s, reconnect_wait
+        self.ping_interval, self.connect_timeout = ping_interval, connect_timeout
+        self.pending_bytes = pending_bytes
+        self.rng = rng or random.Random(os.urandom(16))
+        self.nc = nc  # given: a connection shared by many simulated nodes (bench/scale.py)
+        self.shared = nc is not None
+        self.subs: list = []
+        self.subjects: list[str] = []
+        self.up = False
+        self.server = ""  # the server this client is connected to now
+        self.round_start = time.monotonic()
+        self.opened = 0  # messages opened this round
+        self.groups = 0  # groups delivered this round
+        self.batches = 0  # batches delivered this round
+        self.heard = 0  # messages that arrived this round, opened or not
+        self.on_batch: Callable[[object, float], None] | None = None  # (batch, arrival time)
+        self._tasks: set[asyncio.Task] = set()
+        self._connect_task: asyncio.Task | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Connect in the background (retrying with backoff): a node whose NATS server is
+        down still starts, trains on LAN peers, and joins when the server comes up."""
+        self._spawn(self._tick_loop())
+        if self.shared:
+            self._set_up(True)
+            await self._subscribe(self.planner.fan)
+            return
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect_loop())
+
+    async def _connect_loop(self) -> None:
+        import nats
+        from nats.errors import Error as NatsError
+
+        failures = 0
+        while not self._closing:
+            try:
+                self.nc = await nats.connect(
+                    self.servers,
+                    name=self.name or None,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=self.reconnect_wait,
+                    connect_timeout=self.connect_timeout,
+                    ping_interval=self.ping_interval,
+                    max_outstanding_pings=2,
+                    no_echo=True,
+                    tls=_tls_context() if self.servers[0].lower().startswith("tls") else None,
+                    user=os.environ.get(ENV_USER) or None,
+                    password=os.environ.get(ENV_PASSWORD) or None,
+                    token=os.environ.get(ENV_TOKEN) or None,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                )
+            except (NatsError, OSError, TimeoutError, ssl.SSLError) as e:
+                failures += 1
+                with self.lock:
+                    self.counters["nats_connect_failed"] += 1
+                if failures == 1:
+                    self.log(f"NATS {','.join(self.servers)}: cannot connect ({e!r}); retrying.")
+                await asyncio.sleep(min(30.0, self.reconnect_wait * 2 ** min(failures, 5)))
+                continue
+            break
+        if self._closing:
+            return
+        self._set_up(True)
+        self.log(f"NATS: connected to {self.server}")
+        await self._subscribe(self.planner.fan)
+
+    async def close(self) -> None:
+        self._closing = True
+        for t in [self._connect_task, *self._tasks]:
+            if t is not None:
+                t.cancel()
+        if self.nc is not None and not self.shared:
+            try:
+                await asyncio.wait_for(self.nc.close(), 5.0)
+            except (TimeoutError, OSError, asyncio.CancelledError):
+                pass
+        self._set_up(False)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _set_up(self, up: bool) -> None:
+        url = getattr(self.nc, "connected_url", None) if up else None
+        with self.lock:
+            self.up = up
+            self.server = f"{url.hostname}:{url.port}" if url else ""
+            self.lock.notify_all()
+
+    async def _on_error(self, e: Exception) -> None:
+        from nats.errors import SlowConsumerError
+
+        key = "nats_slow_consumer" if isinstance(e, SlowConsumerError) else "nats_error"
+        with self.lock:
+            self.counters[key] += 1
+
+    async def _on_disconnected(self) -> None:
+        if not self._closing:
+            with self.lock:
+                self.counters["nats_disconnected"] += 1
+            self._set_up(False)
+
+    async def _on_reconnected(self) -> None:
+        with self.lock:
+            self.counters["nats_reconnected"] += 1
+        self._set_up(True)
+        self.log(f"NATS: reconnected to {self.server}")
+
+    # ------------------------------------------------------------------ subscriptions
+    async def _subscribe(self, fan: FanIn) -> None:
+        """Listen to a fresh draw of `fan`'s subtrees (the old ones are dropped first: two
+        overlapping subscriptions would deliver one message twice)."""
+        nc = self.nc
+        if nc is None or nc.is_closed:
+            return
+        for sub in self.subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - a closed/reconnecting client: the sub is gone
+                pass
+        self.subs = []
+        subjects = [
+            subtree_subject(self.relay_id, fan.depth, i) for i in draw_subtrees(fan, self.rng)
+        ]
+        per_sub = max(1, self.pending_bytes // len(subjects))
+        for subject in subjects:
+            self.subs.append(
+                await nc.subscribe(
+                    subject,
+                    cb=self._on_msg,
+                    pending_msgs_limit=max(64, 4 * self.planner.budget_groups),
+                    pending_bytes_limit=per_sub,
+                )
+            )
+        if not self.shared:  # the server has our interest before anyone counts on it
+            try:
+                await nc.flush(timeout=5)
+            except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
+                pass
+        with self.lock:
+            self.planner.fan, self.subjects = fan, subjects
+            self.counters["nats_subscribed"] += 1
+            self.lock.notify_all()
+
+    async def _on_msg(self, msg) -> None:
+        data = msg.data
+        self.estimate.arrived()
+        with self.lock:
+            self.heard += 1
+            self.counters["nats_in_msgs"] += 1
+            self.counters["nats_in_bytes"] += len(data)
+            budget = self.planner.budget_groups
+            if self.opened >= budget or self.groups >= budget:
+                self.counters["nats_shed"] += 1  # this round's budget is spent: never opened
+                return
+            self.opened += 1
+        got = self.intake.accept_verified(self.key, "relay", data)
+        if got is not None and got is not True:
+            with self.lock:
+                self.groups += got.groups
+                self.batches += 1
+            if self.on_batch is not None:
+                self.on_batch(got, time.time())
+
+    async def _tick_loop(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = time.monotonic()
+            self.estimate.close(now, now - last, self.planner.fan.share)
+            last = now
+            want = self.planner.tick(self.estimate)
+            if want != self.planner.fan and self.up:
+                await self._subscribe(want)
+
+    def round_done(self) -> None:
+        """The trainer drained its inbox: a new round's budget; new subtrees when due."""
+        now = time.monotonic()
+        with self.lock:
+            per_batch = self.groups / self.batches if self.batches else None
+            heard = self.heard
+            self.opened = self.groups = self.batches = self.heard = 0
+        due = self.planner.round_done(now - self.round_start, per_batch, heard, self.estimate.seen)
+        self.estimate.window_s = max(30.0, 3 * self.planner.round_s)  # ~3 rounds of arrivals
+        self.round_start = now
+        if due and self.up:
+            self._spawn(self._subscribe(self.planner.fan))
+
+    # ------------------------------------------------------------------ publishing
+    def publish(self, sealed: bytes) -> str | None:
+        """Send one sealed batch to a uniformly drawn leaf (buffered by the client while it
+        reconnects; lost if it never does: NATS core is at most once). Returns the subject."""
+        if len(sealed) > MAX_SEALED_BYTES:
+            return None
+        nc = self.nc
+        if nc is None or nc.is_closed:
+            with self.lock:
+                self.counters["nats_publish_dropped"] += 1
+            return None
+        if len(sealed) > nc.max_payload:
+            with self.lock:
+                self.counters["publish_too_large"] += 1
+            self.log(
+                f"a batch of {len(sealed)} bytes is over the NATS server's max_payload "
+                f"({nc.max_payload}); raise max_payload to 2MB in its config (packaging/nats/)."
+            )
+            return None
+        subject = leaf_subject(self.relay_id, self.rng)
+        self._spawn(self._publish(nc, subject, sealed))
+        return subject
+
+    async def _publish(self, nc, subject: str, sealed: bytes) -> None:
+        from nats.errors import Error as NatsError
+
+        try:
+            await nc.publish(subject, sealed)
+        except (NatsError, OSError) as e:
+            with self.lock:
+                self.counters["nats_publish_dropped"] += 1
+            self.log(f"NATS: a batch was not sent ({e!r}).")
+            return
+        with self.lock:
+            self.counters["nats_published"] += 1
+
+    # ------------------------------------------------------------------ status
+    def describe(self) -> str:
+        with self.lock:
+            fan, up, server = self.planner.fan, self.up, self.server
+        share = "all" if fan.depth == 0 else f"{fan.k}/{16**fan.depth}"
+        state = f"up ({server})" if up else "down"
+        return f"NATS {state}, listening to {share} of the room"
