@@ -312,42 +312,35 @@ def test_a_class_through_another_relay_admits_on_the_hosts_own_port(tmp_path) ->
 
 def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
     """`host --relay nats://...`: the class's relay is a NATS server; admissions go to the
-    host's node port, and a student with no direct link reaches the host's board through it."""
+    host's node port, and a student with no direct link reaches the host's board through the
+    class's stats subject, which only the host listens to (never counted in a shard budget)."""
     from nats_util import NatsServer, free_ports, require_binary
 
-    from sapo_edge.swarm.shards import EVERYTHING
+    from sapo_edge.swarm.stats import RoundStats
 
     port, monitor = free_ports(2)
     (tmp_path / "nats").mkdir()
     server = NatsServer(require_binary(), tmp_path / "nats", "n1", port, monitor).start()
     cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, relay=server.url)
-    h = ClassHost(
-        cfg,
-        HostOptions(address="127.0.0.1", web=""),
-        identity=Identity.generate(),
-        log=lambda _m: None,
-    )
+    opts = HostOptions(address="127.0.0.1", web="")
+    h = ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None)
     joined = None
     try:
         h.start()
         got = []
-        h.transport.on_stats = lambda v: (got.append(v), h.board.on_stats(v))
+        h.transport.intake.stats.on_stats = lambda v: (got.append(v), h.board.on_stats(v))
+        assert h.transport.nats.want_stats  # the host hears the stats subject
+        assert h.transport.wait_for(lambda: h.transport.nats.stats_listening, 10)
         j = joined = student(h, tmp_path, "ada")
-        assert j.relay == server.url
+        assert j.relay == server.url and not j.transport.nats.want_stats  # students do not
         j.transport.manual = []  # no direct link to the host: NATS only
-        for t in (h.transport, j.transport):
-            t.nats.tick_s, t.nats.planner.fan = 0.1, EVERYTHING
         j.transport.start()
         assert j.transport.wait_for(lambda: j.transport.nats.up, 10), j.transport.describe()
-        from sapo_edge.swarm.stats import RoundStats
-
-        one = RoundStats(0, 0.5, 2, 2, 0, 0, {}, "ada", "m", "torch", "cpu")
-        for _ in range(50):  # subscriptions settle within a tick or two; resent until heard
-            j.transport.publish_stats([one])
-            if h.transport.wait_for(lambda: bool(got), 0.3):
-                break
-        assert got and got[0].route.startswith("relay:nats://")
+        j.transport.publish_stats([RoundStats(0, 0.5, 2, 2, 0, 0, {}, "ada", "m", "torch", "cpu")])
+        assert h.transport.wait_for(lambda: bool(got), 10), h.transport.counters
+        assert got[0].route.startswith("relay:nats://")
         assert h.board.snapshot().members[-1].name == "ada"
+        assert h.transport.counters["nats_stats_in"] >= 1
     finally:
         if joined is not None:
             joined.transport.close()

@@ -350,7 +350,10 @@ class StatsChannel:
 
     @on_stats.setter
     def on_stats(self, handler: Callable[[VerifiedStats], None] | None) -> None:
+        """Set before start(): over NATS, only a node with a handler hears the stats subject."""
         self.intake.stats.on_stats, self.intake.stats.log = handler, self.log
+        if getattr(self, "nats", None) is not None:
+            self.nats.want_stats = handler is not None
 
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
         """Sign, seal and queue this node's recent figures for every link (never waits)."""
@@ -362,7 +365,7 @@ class StatsChannel:
         self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
         for link in self._links.values():
             link.outbox.put(KIND_SEALED, sealed)
-        if getattr(self, "nats", None) is not None:
-            self.nats.publish(sealed)
+        if getattr(self, "nats", None) is not None:  # to whoever hosts a class view
+            self.nats.publish(sealed, subject=self.nats.stats_subject)
         with self._lock:
             self.counters["stats_published"] += 1
