@@ -1,6 +1,6 @@
 """The `sapo-edge` command: the dashboard (no subcommand, or `run` in a terminal), `run --headless`
 (one line per round; also when stdout is not a terminal), `sim` (N nodes here), `eval`, `models`,
-`runs`, `presets`, `doctor`, `relay`, `completion`.
+`runs`, `presets`, `doctor`, `relay`, `host` / `join` / `report` (a class: classroom/), `completion`.
 
 Every Config field is also a flag (--group-size 8, --no-lenient ...); flags beat --config FILE
 (default: config.toml in the user's config folder, when there is one), which beats --preset,
@@ -23,12 +23,18 @@ from . import __version__
 from .config import Config, ConfigError, preset_names
 
 
-def _add_config_flags(p: argparse.ArgumentParser, command: str) -> None:
-    p.add_argument(
-        "--config", metavar="FILE", help="TOML (or JSON) file of settings; flags override it."
-    )
+def _add_config_flags(
+    p: argparse.ArgumentParser, command: str, only: frozenset[str] | None = None
+) -> None:
+    """Every Config field of `command` as a flag (`only`: just these fields, and no --config)."""
+    if only is None:
+        p.add_argument(
+            "--config", metavar="FILE", help="TOML (or JSON) file of settings; flags override it."
+        )
     for f in dataclasses.fields(Config):
-        if f.metadata.get("command", command) != command:
+        if only is not None and f.name not in only:
+            continue
+        if only is None and f.metadata.get("command", command) != command:
             continue
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")
@@ -131,6 +137,7 @@ first steps:
   sapo-edge                                the dashboard (q stops and saves)
   sapo-edge sim --preset demo              3 small nodes on this laptop, offline
   sapo-edge runs                           earlier runs and how to resume them
+  sapo-edge host / sapo-edge join CODE     a class: the teacher hosts, students join by code
   sapo-edge COMMAND --help                 the settings of one command, with defaults
 """
 
@@ -251,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     relay.add_argument("--max-connections-per-ip", type=int, default=16, help="default 16")
     relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
+    from .classroom.commands import add_commands
+
+    add_commands(sub, _add_config_flags)
     comp = sub.add_parser(
         "completion",
         help="print a shell completion script",
@@ -390,6 +400,12 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: l
         for name in preset_names():
             print(f"{name:<12} {preset_summary(name)}")
         return 0
+    if args.command in ("host", "join", "report"):
+        from .classroom import commands
+
+        if args.command == "host":
+            return commands.host_command(args, config_from_args, argv)
+        return (commands.join_command if args.command == "join" else commands.report_command)(args)
     if args.command == "runs":
         from .paths import runs_dir
         from .runs import list_runs, runs_table

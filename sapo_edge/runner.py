@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .backends import load_backend, select_backend
 from .config import Config, ConfigError
@@ -78,16 +79,18 @@ def run_single(
     callback: Callback | None = None,
     log: Callable[[str], None] = print,
     control: RunControl | None = None,
+    transport: Any = None,
 ) -> Node:
     """One node (headless, or under the dashboard, which passes its callback and RunControl):
-    joins the swarm (LAN, --peer, --relay) unless --solo."""
+    joins the swarm (LAN, --peer, --relay) unless --solo. `transport`: a NetworkTransport the
+    caller made and has not started (`host` and `join` make theirs for the class's room)."""
     callback = callback or PrintCallback(log)
     if not cfg.out_dir:  # the CLI sets it; other callers get a new folder in the data folder
         cfg = prepare_out_dir(cfg, "run")
     if cfg.solo:
         (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
     else:
-        node = _build_networked(cfg, callback, log)
+        node = _build_networked(cfg, callback, log, transport)
     log(
         f"{node.name}: {node.transport.describe()}; rounds {node.round}..{cfg.rounds - 1}; output in {node.out_dir}"
     )
@@ -101,10 +104,13 @@ def run_single(
     return node
 
 
-def run_headless(cfg: Config) -> int:
+def run_headless(
+    cfg: Config, *, transport: Any = None, wrap: Callable[[Callback], Callback] | None = None
+) -> int:
     """`sapo-edge run --headless`: one line per round. Ctrl-C, SIGTERM and SIGHUP abandon the
     round in flight within seconds, save the last finished round and print the summary; a
-    second one quits at once (the newest saved checkpoint stays). Returns the exit status."""
+    second one quits at once (the newest saved checkpoint stays). Returns the exit status.
+    `transport` and `wrap` (around the printing callback): see run_single; `join` uses them."""
     control = RunControl()
 
     def on_signal(name: str) -> None:
@@ -119,7 +125,8 @@ def run_headless(cfg: Config) -> int:
     error, forced = None, False
     with stop_signals(on_signal) as received:
         try:
-            run_single(cfg, log=_say_line, control=control)
+            callback = wrap(PrintCallback(_say_line)) if wrap else None
+            run_single(cfg, callback, _say_line, control, transport)
         except KeyboardInterrupt:
             forced = True
         except Exception as e:
@@ -154,29 +161,35 @@ def _say_line(text: str, stream=None) -> None:
         pass
 
 
-def _build_networked(cfg: Config, callback: Callback, log: Callable[[str], None]) -> Node:
-    """A node with this machine's identity (made on first run) and a NetworkTransport."""
+def _build_networked(
+    cfg: Config, callback: Callback, log: Callable[[str], None], transport: Any = None
+) -> Node:
+    """A node with this machine's identity (made on first run) and a NetworkTransport (or the
+    caller's `transport`, not yet started: its identity and name are the node's)."""
     from .swarm.identity import default_identity_path, load_or_create
     from .swarm.network import NetworkTransport
     from .swarm.roomkey import read_secret
 
-    ident, created = load_or_create()
+    ident, created = load_or_create() if transport is None else (transport.ident, False)
     if created:
         log(f"new identity {ident.node_id} saved in {default_identity_path()}")
     default_name = Config.__dataclass_fields__["name"].default
     name = ident.name if cfg.name == default_name else cfg.name
-    transport = NetworkTransport(
-        ident,
-        room=cfg.room,
-        secret=read_secret(cfg.secret, cfg.secret_file),
-        listen=cfg.listen,
-        peers=cfg.peer,
-        relay=cfg.relay,
-        max_inbound_groups=cfg.max_inbound_groups,
-        mdns=cfg.mdns,
-        name=name,
-        log=log,
-    )
+    if transport is not None:
+        name = transport.name
+    else:
+        transport = NetworkTransport(
+            ident,
+            room=cfg.room,
+            secret=read_secret(cfg.secret, cfg.secret_file),
+            listen=cfg.listen,
+            peers=cfg.peer,
+            relay=cfg.relay,
+            max_inbound_groups=cfg.max_inbound_groups,
+            mdns=cfg.mdns,
+            name=name,
+            log=log,
+        )
     status = _NetStatus(callback, transport)
     (node,) = build_nodes(cfg, [name], lambda _id: transport, status, log, lambda _n: ident.node_id)
     transport.model = node.model_id

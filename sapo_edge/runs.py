@@ -143,6 +143,8 @@ def describe_run(folder: Path) -> RunInfo | None:
     sim = len(nodes) > 1 or re.fullmatch(r".+-\d+", nodes[0]) is not None and _is_sim(first)
     cmd = "sim" if sim else "run"
     resume = f"sapo-edge {cmd} --config {_quote(str(first / 'config.json'))} --resume"
+    if folder.name.startswith("class-") or (folder / "class.jsonl").exists():  # a class's
+        resume = "sapo-edge join CODE (the code on the teacher's screen: it holds the room key)"
     return RunInfo(
         folder=folder,
         nodes=nodes,

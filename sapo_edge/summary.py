@@ -73,7 +73,11 @@ def exit_summary(
 
 def continue_command(cfg: Config, node: Any, *, headless: bool, resume: bool, more: bool) -> str:
     """The node's own saved settings (config.json, which never holds the secret) plus the flags
-    that continue it: works from any folder, whatever flags, presets or files started it."""
+    that continue it: works from any folder, whatever flags, presets or files started it. A
+    class member's transport knows its own command (`sapo-edge join CODE ...`)."""
+    own = getattr(getattr(node, "transport", None), "continue_command", None)
+    if callable(own):
+        return own(headless=headless, more=more)
     args = [_program(), "run"]
     if headless:
         args.append("--headless")

@@ -48,6 +48,8 @@ from .protocol import (
 from .words import WORDS
 
 ID_JOINER, ID_MEMBER = b"sapo-edge/2 joiner", b"sapo-edge/2 member"
+MAX_EXTRA_CHARS = 16 << 10  # Grant.extra: the classroom's settings as JSON
+MAX_WELCOME_BYTES = 96 << 10  # the welcome (hex box of the grant): what a joiner accepts
 _SPECS = {
     "admit": {
         "type": ("str", 16),
@@ -57,8 +59,9 @@ _SPECS = {
     },
     "pake": {"type": ("str", 16), "pake": ("str", 200)},
     "confirm": {"type": ("str", 16), "mac": ("hex", 64)},
-    "welcome": {"type": ("str", 16), "box": ("str", 2400)},
+    "welcome": {"type": ("str", 16), "box": ("str", MAX_WELCOME_BYTES - 64)},
 }
+_GRANT = {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)}
 
 
 class AdmissionError(Exception):
@@ -71,11 +74,17 @@ class AdmissionError(Exception):
 
 @dataclass(frozen=True)
 class Grant:
-    """What a newcomer receives: the room's name and credential (and a relay to reach it)."""
+    """What a newcomer receives: the room's name and credential (and a relay to reach it), and
+    `extra`: what the application hands over with it (the classroom's settings, as JSON text)."""
 
     room: str
     secret: str
     relay: str = ""
+    extra: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.extra) > MAX_EXTRA_CHARS:
+            raise ValueError(f"Grant.extra is over {MAX_EXTRA_CHARS} characters.")
 
 
 @dataclass
@@ -162,14 +171,14 @@ def _msg(kind: str, **fields: Any) -> bytes:
     return dumps_canonical({"type": kind, **fields}).encode("utf-8")
 
 
-async def _read(ws, kind: str) -> dict[str, Any]:
+async def _read(ws, kind: str, cap: int = MAX_HANDSHAKE_BYTES) -> dict[str, Any]:
     raw = await read_raw(ws)
     if isinstance(raw, Closed):
         raise AdmissionError(raw.reason or "closed", "the other side hung up.")
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    if len(data) > MAX_HANDSHAKE_BYTES:
-        raise AdmissionError("too_large", "an admission message over 4 KiB.")
-    obj = load(data, MAX_HANDSHAKE_BYTES)
+    if len(data) > cap:
+        raise AdmissionError("too_large", f"an admission message over {cap} bytes.")
+    obj = load(data, cap)
     if isinstance(obj, dict) and obj.get("type") == "bye":
         bye = parse_message(data, MAX_HANDSHAKE_BYTES)
         assert isinstance(bye, Bye)
@@ -231,7 +240,9 @@ async def admit(ws, admissions: Admissions) -> None:
         if not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
             raise AdmissionError("wrong_code", "wrong code.")
         grant = admissions.grant
-        plain = dumps_canonical({"room": grant.room, "secret": grant.secret, "relay": grant.relay})
+        plain = dumps_canonical(
+            {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": grant.extra}
+        )
         nonce = os.urandom(12)
         box = nonce + ChaCha20Poly1305(_box_key(key)).encrypt(nonce, plain.encode(), b"welcome")
         await ws.send_bytes(_msg("welcome", box=box.hex()))
@@ -265,7 +276,7 @@ async def _join_once(address: str, code: str) -> Grant:
     url = url.rstrip("/").removesuffix("/ws").removesuffix("/admit") + "/admit"
     async with aiohttp.ClientSession() as session:
         try:
-            ws = await session.ws_connect(url, max_msg_size=MAX_HANDSHAKE_BYTES, compress=0)
+            ws = await session.ws_connect(url, max_msg_size=MAX_WELCOME_BYTES, compress=0)
         except aiohttp.ServerDisconnectedError:  # its connection limits: many joining at once
             raise AdmissionError("busy", "the member is busy; trying again.") from None
         except (aiohttp.ClientError, OSError) as e:
@@ -288,7 +299,7 @@ async def _join_once(address: str, code: str) -> Grant:
                     "bad_value", "the member's SPAKE2 message is not usable."
                 ) from None
             await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex()))
-            box_hex = (await _read(ws, "welcome"))["box"]
+            box_hex = (await _read(ws, "welcome", MAX_WELCOME_BYTES))["box"]
             try:
                 box = bytes.fromhex(box_hex)
                 plain = ChaCha20Poly1305(_box_key(key)).decrypt(box[:12], box[12:], b"welcome")
@@ -296,12 +307,11 @@ async def _join_once(address: str, code: str) -> Grant:
                 raise AdmissionError(
                     "wrong_code", "the welcome does not open: wrong code."
                 ) from None
-            d = check_fields(
-                load(plain, MAX_HANDSHAKE_BYTES),
-                {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)},
-                "welcome",
-            )
-            return Grant(d["room"], d["secret"], d["relay"])
+            d = load(plain, MAX_WELCOME_BYTES)
+            if isinstance(d, dict):
+                d.setdefault("extra", "")  # a member of an earlier version sends none
+            d = check_fields(d, {**_GRANT, "extra": ("str", MAX_EXTRA_CHARS)}, "welcome")
+            return Grant(d["room"], d["secret"], d["relay"], d["extra"])
         except ProtocolError as e:
             raise AdmissionError(known_reason(e.reason), str(e)) from None
         finally:

@@ -24,6 +24,7 @@ from .protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
     Rollouts,
+    Stats,
     check_fields,
     dump_message,
     load,
@@ -111,7 +112,7 @@ def make_rollouts(
     return msg, batch_id
 
 
-def check_signature(msg: Rollouts) -> bytes:
+def check_signature(msg: Rollouts | Stats) -> bytes:
     """The exact body bytes, once the sender's identity and signature over them check out."""
     if node_id_for_key(msg.public_key) != msg.sender:
         raise ProtocolError("bad_identity", "rollouts.sender is not the hash of its public key.")
@@ -170,11 +171,12 @@ class RolloutVerifier:
         self.seen: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.last_round: OrderedDict[str, int] = OrderedDict()  # sender -> highest round
 
-    def open(self, sealed: bytes) -> Rollouts:
-        """Unseal and parse the envelope (the signature is checked by verify())."""
+    def open(self, sealed: bytes) -> Rollouts | Stats:
+        """Unseal and parse the envelope (the signature is checked by verify(), or for a
+        stats message by stats.StatsVerifier)."""
         msg = parse_message(unseal(self.keys, sealed))
-        if not isinstance(msg, Rollouts):
-            raise ProtocolError("unexpected_message", "a sealed box must hold a rollouts batch.")
+        if not isinstance(msg, Rollouts | Stats):
+            raise ProtocolError("unexpected_message", "a sealed box must hold rollouts or stats.")
         return msg
 
     def remember(self, sender: str, batch_id: str, route: str) -> None:

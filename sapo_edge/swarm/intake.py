@@ -2,6 +2,7 @@
 websocket, the relay's, a NATS subscription): open, verify, charge whoever is provably at fault
 (the signer, or else the route), rate-limit the sender and hand the batch to the byte-bounded
 fair inbox. One copy of this path: NetworkTransport and the scale harness's nodes both use it.
+A sealed members' stats message (the class view's) goes to stats.StatsIntake instead.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Callable
 from .batches import BatchRejected, RolloutVerifier, VerifiedBatch
 from .inbox import FairInbox
 from .peerbook import PeerBook
-from .protocol import ProtocolError
+from .protocol import ProtocolError, Stats
 from .roomkey import RoomKeys
+from .stats import StatsIntake
 
 
 class Intake:
@@ -37,6 +39,7 @@ class Intake:
         self.max_batches_per_minute = max_batches_per_minute
         self.verifier = RolloutVerifier(keys, window_s=window_s, stale_rounds=stale_rounds)
         self.inbox = FairInbox(inbox_limit, inbox_bytes)
+        self.stats = StatsIntake(self_id, keys, book, notify)
 
     def accept(self, route: str, via: str, data: bytes) -> bool:
         """Open, verify and deliver one sealed batch that came by `route` (a peer's node id, or
@@ -52,6 +55,8 @@ class Intake:
             msg = self.verifier.open(data)
         except ProtocolError as e:  # nobody inside is provable: the route sent it
             return self._reject(route, e.reason) or None
+        if isinstance(msg, Stats):
+            return self.stats.accept(route, msg) or None
         if not relay and msg.sender != route:
             return self._reject(route, "wrong_sender") or None
         if msg.sender == self.self_id:

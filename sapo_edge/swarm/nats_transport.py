@@ -129,6 +129,11 @@ class NatsRoute:
         self.batches = 0  # batches delivered this round
         self.heard = 0  # messages that arrived this round, opened or not
         self.on_batch: Callable[[object, float], None] | None = None  # (batch, arrival time)
+        # members' stats for a class view (stats.py): one unsharded subject outside the room's
+        # tree, heard only by a node that wants them (the host), never counted in the budget
+        self.stats_subject = f"sapo-class.{relay_id}"  # no room subscription ("sapo.ID.>") matches
+        self.want_stats = False
+        self.stats_listening = False  # the server has the stats subscription
         self._tasks: set[asyncio.Task] = set()
         self._connect_task: asyncio.Task | None = None
         self._closing = False
@@ -141,6 +146,7 @@ class NatsRoute:
         if self.shared:
             self._set_up(True)
             await self._subscribe(self.planner.fan)
+            await self._subscribe_stats()
             return
         self._connect_task = asyncio.get_running_loop().create_task(self._connect_loop())
 
@@ -183,6 +189,7 @@ class NatsRoute:
         self._set_up(True)
         self.log(f"NATS: connected to {self.server}")
         await self._subscribe(self.planner.fan)
+        await self._subscribe_stats()
 
     async def close(self) -> None:
         self._closing = True
@@ -263,6 +270,30 @@ class NatsRoute:
             self.counters["nats_subscribed"] += 1
             self.lock.notify_all()
 
+    async def _subscribe_stats(self) -> None:
+        """The class's stats subject, for a node that wants them (the client re-subscribes it
+        after a reconnect by itself)."""
+        if not self.want_stats or self.nc is None or self.nc.is_closed:
+            return
+        await self.nc.subscribe(
+            self.stats_subject,
+            cb=self._on_stats_msg,
+            pending_msgs_limit=1024,
+            pending_bytes_limit=16 << 20,
+        )
+        try:
+            await self.nc.flush(timeout=5)
+        except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
+            return
+        with self.lock:
+            self.stats_listening = True
+            self.lock.notify_all()
+
+    async def _on_stats_msg(self, msg) -> None:
+        with self.lock:
+            self.counters["nats_stats_in"] += 1
+        self.intake.accept(self.key, "relay", msg.data)
+
     async def _on_msg(self, msg) -> None:
         data = msg.data
         self.estimate.arrived()
@@ -308,9 +339,10 @@ class NatsRoute:
             self._spawn(self._subscribe(self.planner.fan))
 
     # ------------------------------------------------------------------ publishing
-    def publish(self, sealed: bytes) -> str | None:
-        """Send one sealed batch to a uniformly drawn leaf (buffered by the client while it
-        reconnects; lost if it never does: NATS core is at most once). Returns the subject."""
+    def publish(self, sealed: bytes, subject: str | None = None) -> str | None:
+        """Send one sealed batch to a uniformly drawn leaf, or to `subject` (buffered by the
+        client while it reconnects; lost if it never does: NATS core is at most once). Returns
+        the subject."""
         if len(sealed) > MAX_SEALED_BYTES:
             return None
         nc = self.nc
@@ -326,7 +358,7 @@ class NatsRoute:
                 f"({nc.max_payload}); raise max_payload to 2MB in its config (packaging/nats/)."
             )
             return None
-        subject = leaf_subject(self.relay_id, self.rng)
+        subject = subject or leaf_subject(self.relay_id, self.rng)
         self._spawn(self._publish(nc, subject, sealed))
         return subject
 

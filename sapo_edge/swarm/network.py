@@ -26,9 +26,10 @@ from .nats_transport import NatsRoute, is_nats_url
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .roomkey import RoomKeys, describe_room, room_keys
+from .stats import StatsChannel
 
 
-class NetworkTransport(LinkLayer):
+class NetworkTransport(StatsChannel, LinkLayer):
     """Transport over websockets; see the module docstring. Call start() before use, close() after.
 
     room/secret: the room's name and credential (a `sapo1-` room key, a passphrase, or "" for an
@@ -109,6 +110,7 @@ class NetworkTransport(LinkLayer):
             notify=self._notify,
         )
         self.verifier, self.inbox = self.intake.verifier, self.intake.inbox
+        # members' per-round stats (publish_stats, on_stats) come in through the intake too
         self.nats: NatsRoute | None = None
         if is_nats_url(relay):  # the room over a NATS server or cluster, sharded
             self.nats = NatsRoute(

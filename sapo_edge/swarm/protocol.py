@@ -1,6 +1,7 @@
 """The wire protocol's messages as strict JSON: hello (plain, the only thing a stranger sees),
 auth (inside the encrypted link), bye (a reason from a fixed set), rollouts (a signed batch,
-carried inside a sealed box: see batches.py).
+carried inside a sealed box: see batches.py), stats (a member's signed per-round figures for the
+class view, sealed the same way: see stats.py).
 
 Every message is parsed by `parse_message`, which only ever raises ProtocolError(reason) for bad
 input. The handshake that uses hello and auth is in handshake.py.
@@ -20,6 +21,7 @@ from .identity import Identity, node_id_for_key
 PROTOCOL_VERSION = 2
 MAX_HANDSHAKE_BYTES = 4096  # a hello or an auth: refused unparsed when longer
 MAX_MESSAGE_BYTES = 1 << 20  # one signed rollouts envelope, everything included
+MAX_STATS_BYTES = 16 << 10  # the body of one signed stats message
 MAX_DEPTH = 8  # envelopes are flat; the batch inside is a string parsed with its own limits
 ROLES = ("node", "relay")
 
@@ -87,12 +89,22 @@ class Rollouts:
 
 
 @dataclass(frozen=True)
+class Stats:
+    """A member's per-round figures (stats.py); the same envelope as Rollouts, a small body."""
+
+    sender: str
+    public_key: bytes
+    body: str  # canonical JSON text: {"id","room","rounds","sender","sent_at","v"}
+    signature: bytes  # Ed25519 over body.encode("utf-8")
+
+
+@dataclass(frozen=True)
 class Bye:
     reason: str  # always one of REASONS
     message: str
 
 
-Message = Hello | Auth | Rollouts | Bye
+Message = Hello | Auth | Rollouts | Stats | Bye
 
 _SPECS: dict[str, dict[str, tuple[str, int]]] = {
     # field -> (kind, cap); kinds: str, hex (exact length = cap), int, list
@@ -119,6 +131,13 @@ _SPECS: dict[str, dict[str, tuple[str, int]]] = {
         "sender": ("hex", 32),
         "public_key": ("hex", 64),
         "body": ("str", MAX_MESSAGE_BYTES),
+        "signature": ("hex", 128),
+    },
+    "stats": {
+        "type": ("str", 16),
+        "sender": ("hex", 32),
+        "public_key": ("hex", 64),
+        "body": ("str", MAX_STATS_BYTES),
         "signature": ("hex", 128),
     },
     "bye": {"type": ("str", 16), "reason": ("str", 40), "message": ("str", 500)},
@@ -213,8 +232,8 @@ def parse_message(data: bytes | str, max_bytes: int = MAX_MESSAGE_BYTES) -> Mess
             d["backend"],
             tuple(d["capabilities"]),
         )
-    if kind == "rollouts":
-        return Rollouts(
+    if kind in ("rollouts", "stats"):
+        return (Rollouts if kind == "rollouts" else Stats)(
             d["sender"], bytes.fromhex(d["public_key"]), d["body"], bytes.fromhex(d["signature"])
         )
     return Bye(known_reason(d["reason"]), d["message"])

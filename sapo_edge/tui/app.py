@@ -198,6 +198,8 @@ class SapoDashboard(App[str]):
         body = m.text.split(": ", 1)[-1] if m.text.startswith(self.cfg.name) else m.text
         if body.startswith(NOTIFY_PREFIXES):
             self.notify(clean(body, 300), timeout=6, markup=False)
+        if body.startswith("class: "):  # which path carries this node (join's PathWatcher)
+            self.query_one(NodeHeader).set_transport(body.removeprefix("class: "))
         if body.startswith("settings applied"):
             self.query_one(NodeHeader).set_samples(
                 self.settings["local_samples"], self.settings["external_samples"]
@@ -325,11 +327,12 @@ class SapoDashboard(App[str]):
         self.query_one(NodeHeader).set_state(f"{name}: stopping, then saving")
 
 
-def run_dashboard(cfg: Config) -> int:
+def run_dashboard(cfg: Config, run: Callable[..., Any] = _run_single) -> int:
     """`sapo-edge` in a terminal: open the dashboard and train until done or quit; then, with the
-    terminal restored, print the error and its fix (if any) and the run's summary."""
+    terminal restored, print the error and its fix (if any) and the run's summary. `run`: what
+    trains (run_single's signature; `join` passes its own)."""
     cfg = dataclasses.replace(cfg)
-    app = SapoDashboard(cfg)
+    app = SapoDashboard(cfg, run=run)
     app.on_stuck = lambda: _finish(app, cfg, "")
     with stop_signals(app.stop_from_signal):
         outcome = app.run()

@@ -12,7 +12,7 @@ from typing import Any
 
 from textual.message import Message
 
-from ..sampling import ScoredGroup
+from ..aha import aha_flags, best
 from ..swarm.peers import peer_snapshot
 from .messages import (
     LogLine,
@@ -156,35 +156,19 @@ def _memory_mb(node: Any) -> float | None:
     return max(report.get("cuda_peak_mb", 0.0), report.get("peak_rss_mb", 0.0)) or None
 
 
-def _best(g: ScoredGroup) -> int:
-    return max(range(len(g.rewards)), key=lambda i: g.rewards[i])
-
-
 def rollouts_of(
     round_: int, groups: Any, names: dict[str, str], own_shown: int = 3
 ) -> list[Rollout]:
-    """A few of the round's own groups and every external group used, one completion each.
-
-    Aha: a peer's completion that this node's verifier rewarded, for a question in a domain
-    where every one of this node's own completions this round scored 0 (or, when this node
-    drew the very same question, where its own completions of it all scored 0).
-    """
-    own_failed_domains = _failed_domains(groups.own)
-    own_by_ref = {g.task_ref: g for g in groups.own}
+    """A few of the round's own groups and every external group used, one completion each,
+    each external one marked when it is an Aha (see aha.py)."""
     out = []
     for g in groups.own[:own_shown]:
-        i = _best(g)
+        i = best(g)
         out.append(
             Rollout(round_, g.task_ref.dataset, g.question, g.completions[i], g.rewards[i], "local")
         )
-    for g in groups.external:
-        i = _best(g)
-        same = own_by_ref.get(g.task_ref)
-        failed = (
-            all(r <= 0 for r in same.rewards)
-            if same is not None
-            else g.task_ref.dataset in own_failed_domains
-        )
+    for g, aha in zip(groups.external, aha_flags(groups.own, groups.external), strict=True):
+        i = best(g)
         out.append(
             Rollout(
                 round_,
@@ -193,14 +177,7 @@ def rollouts_of(
                 g.completions[i],
                 g.rewards[i],
                 names.get(g.origin, g.origin),
-                aha=g.rewards[i] > 0 and failed,
+                aha=aha,
             )
         )
     return out
-
-
-def _failed_domains(own: list[ScoredGroup]) -> set[str]:
-    by_domain: dict[str, list[float]] = {}
-    for g in own:
-        by_domain.setdefault(g.task_ref.dataset, []).extend(g.rewards)
-    return {d for d, rs in by_domain.items() if all(r <= 0 for r in rs)}

@@ -34,6 +34,12 @@ class NodeHeader(Static):
             )
             self._render_text()
 
+    def set_transport(self, text: str) -> None:
+        """Who this node reaches now (peers, relay, the class's paths)."""
+        if self.info is not None:
+            self.info = dataclasses.replace(self.info, transport=text)
+            self._render_text()
+
     def set_state(self, state: str) -> None:
         self.state = state
         self._render_text()

@@ -1,0 +1,234 @@
+"""The host's record of the class: every member's verified (signed, but self-reported) per-round
+figures, kept by node id so a member that leaves and comes back keeps its row; appended to
+class.jsonl in the run folder; and snapshots of plain values for the views and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..swarm.identity import name_for_id
+from ..swarm.peerbook import peer_name
+from ..swarm.protocol import ProtocolError
+from ..swarm.stats import RoundStats
+from ..textsafe import clean
+
+CLASS_FILE = "class.jsonl"
+RECENT = 5  # "reward, last 5 rounds"
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """One member as the class view shows it. Everything but `received_here` is the member's
+    own signed claim (or, for used_by_others, what the others claim)."""
+
+    node_id: str
+    name: str  # cleaned; 'name#3f2a1b' when two members show one name
+    backend: str  # 'torch · cpu'
+    model: str
+    role: str  # "member" or "baseline"
+    is_host: bool
+    rounds: int  # rounds reported
+    last_round: int  # the newest round reported (0-based)
+    rewards: list[float]  # one per reported round, oldest first
+    recent_reward: float | None  # mean over the last RECENT reported rounds
+    shared: int  # groups it published
+    used_by_others: int  # groups of its that others trained on
+    rewarded_by_others: int  # ...and that their verifiers rewarded
+    aha: int
+    received_here: int | None  # groups the host itself verified from it (None: the host, or
+    # a board read back from class.jsonl without the host's counts)
+    last_seen: float  # unix time of its newest figures
+
+
+@dataclass(frozen=True)
+class ClassSnapshot:
+    members: list[MemberRow]
+    curves: dict[str, list[tuple[int, float]]]  # node id -> (round, 1-based; reward)
+    swarm_mean: list[tuple[int, float]]  # mean of the members (not baselines) per round
+    baseline: list[tuple[int, float]]  # mean of the solo baselines per round (empty: none)
+    matrix: dict[str, dict[str, tuple[int, int]]]  # producer -> learner -> (trained, rewarded)
+    now: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for the projector page and class.json (lists, no tuples)."""
+        return {
+            "members": [asdict(m) for m in self.members],
+            "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
+            "swarm_mean": [list(p) for p in self.swarm_mean],
+            "baseline": [list(p) for p in self.baseline],
+            "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
+            "now": self.now,
+        }
+
+
+@dataclass
+class _Member:
+    node_id: str
+    latest: RoundStats
+    rounds: dict[int, RoundStats] = field(default_factory=dict)
+    last_seen: float = 0.0
+
+
+class ClassBoard:
+    """Thread-safe: the network loop records, the views take snapshots. `received` (optional)
+    gives the groups the host's own transport verified per node id; `on_change` is called after
+    each record (from the recording thread)."""
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        host_id: str = "",
+        received: Callable[[], dict[str, int]] | None = None,
+        max_members: int = 256,
+        max_rounds: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path, self.host_id, self.received = path, host_id, received
+        self.max_members, self.max_rounds, self.clock = max_members, max_rounds, clock
+        self.members: dict[str, _Member] = {}
+        self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
+        self.on_change: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ recording
+    def record(self, sender: str, stats: RoundStats, at: float | None = None) -> bool:
+        """Keep one round's figures of `sender` (a later report of the same round replaces it);
+        False when the board is full of other members."""
+        at = self.clock() if at is None else at
+        with self._lock:
+            m = self.members.get(sender)
+            if m is None:
+                if len(self.members) >= self.max_members:
+                    self.dropped["board_full"] += 1
+                    return False
+                m = self.members[sender] = _Member(sender, stats)
+            m.latest, m.last_seen = stats, max(m.last_seen, at)
+            m.rounds[stats.round] = stats
+            while len(m.rounds) > self.max_rounds:
+                del m.rounds[min(m.rounds)]
+            if self.path is not None:
+                line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()})
+                try:
+                    with open(self.path, "a", encoding="utf-8") as f:
+                        f.write(line + "\n")
+                except OSError:  # a full disk: the view goes on, the report will lack it
+                    self.dropped["unsaved"] += 1
+        if self.on_change is not None:
+            self.on_change()
+        return True
+
+    def on_stats(self, verified: Any) -> None:
+        """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
+        is kept unless its figures changed)."""
+        for stats in verified.rounds:
+            with self._lock:
+                m = self.members.get(verified.sender)
+                same = m is not None and m.rounds.get(stats.round) == stats
+            if not same:
+                self.record(verified.sender, stats)
+
+    @classmethod
+    def load(cls, path: Path, host_id: str = "") -> ClassBoard:
+        """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted."""
+        board = cls(None, host_id=host_id)
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                    sender = obj["sender"]
+                    if not (isinstance(sender, str) and len(sender) == 32):
+                        raise ValueError("sender")
+                    board.record(sender, RoundStats.from_json(obj["stats"]), float(obj["at"]))
+                except (ValueError, KeyError, TypeError, ProtocolError):
+                    board.dropped["unreadable"] += 1
+        board.path = path
+        return board
+
+    # ------------------------------------------------------------------ reading
+    def snapshot(self) -> ClassSnapshot:
+        received = {}
+        if self.received is not None:
+            try:
+                received = self.received()
+            except Exception:  # noqa: BLE001 - a transport bug must not take the view down
+                received = {}
+        with self._lock:
+            members = list(self.members.values())
+            rounds = {m.node_id: dict(m.rounds) for m in members}
+        matrix: dict[str, dict[str, tuple[int, int]]] = {}
+        ids = {m.node_id for m in members}
+        for learner, by_round in rounds.items():
+            for s in by_round.values():
+                for producer, (t, r) in s.learned.items():
+                    if producer in ids and producer != learner:
+                        t0, r0 = matrix.setdefault(producer, {}).get(learner, (0, 0))
+                        matrix[producer][learner] = (t0 + t, r0 + r)
+        names = _display_names(members)
+        rows, curves = [], {}
+        for m in sorted(members, key=lambda m: (m.node_id != self.host_id, names[m.node_id])):
+            ordered = [rounds[m.node_id][k] for k in sorted(rounds[m.node_id])]
+            rewards = [s.reward for s in ordered]
+            curves[m.node_id] = [(s.round + 1, s.reward) for s in ordered]
+            given = matrix.get(m.node_id, {}).values()
+            s = m.latest
+            rows.append(
+                MemberRow(
+                    node_id=m.node_id,
+                    name=names[m.node_id],
+                    backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}",
+                    model=clean(s.model, 120),
+                    role=s.role,
+                    is_host=m.node_id == self.host_id,
+                    rounds=len(ordered),
+                    last_round=ordered[-1].round,
+                    rewards=rewards,
+                    recent_reward=statistics.fmean(rewards[-RECENT:]) if rewards else None,
+                    shared=sum(x.shared for x in ordered),
+                    used_by_others=sum(t for t, _ in given),
+                    rewarded_by_others=sum(r for _, r in given),
+                    aha=sum(x.aha for x in ordered),
+                    received_here=None
+                    if m.node_id == self.host_id or self.received is None
+                    else int(received.get(m.node_id, 0)),
+                    last_seen=m.last_seen,
+                )
+            )
+        return ClassSnapshot(
+            rows,
+            curves,
+            _mean_by_round(rows, curves, "member"),
+            _mean_by_round(rows, curves, "baseline"),
+            matrix,
+            self.clock(),
+        )
+
+
+def _display_names(members: list[_Member]) -> dict[str, str]:
+    """Announced names made safe (a copied derived name shows the sender's own); two members
+    showing one name are told apart by their ids."""
+    names = {
+        m.node_id: peer_name(m.latest.name, m.node_id) or name_for_id(m.node_id) for m in members
+    }
+    counts = Counter(names.values())
+    return {k: f"{v}#{k[:6]}" if counts[v] > 1 else v for k, v in names.items()}
+
+
+def _mean_by_round(
+    rows: list[MemberRow], curves: dict[str, list[tuple[int, float]]], role: str
+) -> list[tuple[int, float]]:
+    by_round: dict[int, list[float]] = {}
+    for row in rows:
+        if row.role == role:
+            for r, reward in curves[row.node_id]:
+                by_round.setdefault(r, []).append(reward)
+    return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items())]

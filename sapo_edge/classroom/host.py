@@ -1,0 +1,357 @@
+"""`sapo-edge host`: a teacher's class. A fresh room key and a short join code (SPAKE2
+admission); a relay on this machine that also serves the admissions (or the teacher's --relay,
+then the admissions are on this node's port); this node in the room, advertised on the LAN and
+training too unless --no-train; the class's board of members' figures and the projector page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ..config import Config, ConfigError
+from ..swarm.admission import Admissions, Grant, serve_admission
+from ..swarm.guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_errors
+from ..swarm.identity import Identity
+from ..swarm.network import NetworkTransport
+from ..swarm.relay import Relay, RelayLimits
+from ..swarm.roomkey import new_room_key
+from .board import CLASS_FILE, ClassBoard
+from .code import format_code, qr_lines
+from .member import ClassMember
+from .settings import describe_task, make_invite
+
+INFO_FILE = "class-info.json"  # who hosted, the task: what `report` needs besides class.jsonl
+MAX_WRONG_CODES = 10  # a code survives this many wrong tries (typos of a whole class)
+
+
+@dataclass
+class HostOptions:
+    address: str = ""  # put in the code ("": this machine's first LAN address)
+    relay_host: str = "0.0.0.0"
+    relay_port: int = 7745  # the local relay (and admissions); 0: any free port
+    web: str = "127.0.0.1:7746"  # the projector page ("": none)
+    train: bool = True  # this laptop trains as a member too
+    code_minutes: float = 240.0
+    mdns_interfaces: list[str] | None = None  # tests: ["127.0.0.1"]
+
+
+class LogSink:
+    """Log lines go to `target` once one is set (the class view), until then to `fallback`."""
+
+    def __init__(self, fallback: Callable[[str], None]) -> None:
+        self.fallback = fallback
+        self.target: Callable[[str], None] | None = None
+
+    def __call__(self, text: str) -> None:
+        (self.target or self.fallback)(text)
+
+
+class _HostTransport(NetworkTransport):
+    """The host's node: started before its model loads (students can link at once) and kept
+    open when its own training ends (the class goes on); close(final=True) ends it."""
+
+    def start(self, timeout: float = 30.0):
+        if self._thread is None:
+            super().start(timeout)
+        return self
+
+    def close(self, timeout: float = 10.0, *, final: bool = False) -> None:
+        if final:
+            super().close(timeout)
+
+
+class HostServices:
+    """The relay (with GET /admit when it is the class's own) and the projector page, on one
+    asyncio loop in a thread of their own."""
+
+    def __init__(
+        self,
+        *,
+        relay: bool,
+        relay_host: str,
+        relay_port: int,
+        admissions: Admissions | None,
+        page: Callable[[], web.Application] | None,
+        web_host: str,
+        web_port: int,
+        log: Callable[[str], None],
+    ) -> None:
+        self.want_relay, self.relay_host, self.relay_port = relay, relay_host, relay_port
+        self.admissions, self.page, self.log = admissions, page, log
+        self.web_host, self.web_port = web_host, web_port
+        self.relay: Relay | None = None
+        self._runners: list[web.AppRunner] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self, timeout: float = 15.0) -> HostServices:
+        self._thread = threading.Thread(target=self._main, name="sapo-host", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("the class's relay and page did not start in time.")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._startup())
+        except BaseException as e:  # noqa: BLE001 - reported to start()'s caller
+            self._error = e
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _serve(self, app: web.Application, host: str, port: int, guard) -> int:
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        self._runners.append(runner)
+        try:
+            site = GuardedSite(runner, host, port, guard)
+            await site.start()
+        except OSError as e:
+            if port == 0 or e.errno != errno.EADDRINUSE:
+                raise
+            self.log(f"port {port} is busy; using a free port instead (the code carries it).")
+            site = GuardedSite(runner, host, 0, guard)
+            await site.start()
+        return site.bound_port
+
+    async def _startup(self) -> None:
+        quiet_accept_errors()
+        if self.want_relay:
+            self.relay = Relay(RelayLimits(), log=self.log)
+            app = self.relay.make_app()
+            if self.admissions is not None:
+                app.router.add_get("/admit", serve_admission(self.admissions, self.log))
+            self.relay_port = await self._serve(
+                app, self.relay_host, self.relay_port, self.relay.guard
+            )
+        if self.page is not None:
+            guard = ConnectionGuard(GuardLimits(connections_per_ip=16, deadline=30.0))
+            self.web_port = await self._serve(self.page(), self.web_host, self.web_port, guard)
+
+    def close(self, timeout: float = 10.0) -> None:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return
+
+        async def stop() -> None:
+            for r in self._runners:
+                await r.cleanup()
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout)
+        except Exception:  # noqa: BLE001 - best effort; the loop stops regardless
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+def lan_address() -> str:
+    """The address to put in the code: this machine's first LAN address, else loopback."""
+    from ..doctor import lan_addresses
+
+    found = [a for a in lan_addresses() if ":" not in a] or lan_addresses()
+    return found[0] if found else "127.0.0.1"
+
+
+class ClassHost:
+    """One class; see the module docstring. start() before use, close() after."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        opts: HostOptions | None = None,
+        *,
+        identity: Identity | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        if not cfg.out_dir:
+            raise ConfigError("the class needs an output folder (out_dir).")
+        self.cfg, self.opts, self.log = cfg, opts or HostOptions(), LogSink(log)
+        self.identity = identity
+        self.out_dir = Path(cfg.out_dir)
+        self.address = self.opts.address or lan_address()
+        self.page_token = secrets.token_urlsafe(12)
+        self.task = describe_task(make_invite(cfg, 0, 0, "").settings)
+        self.code = ""
+        self.admit_port = 0
+        self.started_at = time.time()
+        self.transport: _HostTransport | None = None
+        self.services: HostServices | None = None
+        self.board: ClassBoard | None = None
+        self.admissions: Admissions | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> ClassHost:
+        from ..swarm.identity import default_identity_path, load_or_create
+
+        ident = self.identity
+        if ident is None:
+            ident, created = load_or_create()
+            if created:
+                self.log(f"new identity {ident.node_id} saved in {default_identity_path()}")
+        default_name = Config.__dataclass_fields__["name"].default
+        name = ident.name if self.cfg.name == default_name else self.cfg.name
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        key = new_room_key()  # in memory only: never written, never shown
+        room = self.cfg.room if self.cfg.room != "default" else "class"
+        own_relay = not self.cfg.relay
+        self.admissions = Admissions(
+            Grant(room, key, self.cfg.relay),
+            ttl_s=self.opts.code_minutes * 60.0,
+            max_failures=MAX_WRONG_CODES,
+            log=self.log,
+        )
+        web_host, _, web_port = self.opts.web.rpartition(":")
+        self.services = HostServices(
+            relay=own_relay,
+            relay_host=self.opts.relay_host,
+            relay_port=self.opts.relay_port,
+            admissions=self.admissions if own_relay else None,
+            page=self._page if self.opts.web else None,
+            web_host=web_host or "127.0.0.1",
+            web_port=int(web_port or 0),
+            log=self.log,
+        ).start()
+        relay_url = self.cfg.relay or f"ws://127.0.0.1:{self.services.relay_port}"
+        self.transport = _HostTransport(
+            ident,
+            room=room,
+            secret=key,
+            listen=self.cfg.listen,
+            peers=self.cfg.peer,
+            relay=relay_url,
+            max_inbound_groups=self.cfg.max_inbound_groups,
+            mdns=self.cfg.mdns,
+            mdns_interfaces=self.opts.mdns_interfaces,
+            model=self.cfg.model,
+            name=name,
+            admissions=None if own_relay else self.admissions,
+            log=self.log,
+        )
+        self.board = ClassBoard(
+            self.out_dir / CLASS_FILE, host_id=ident.node_id, received=self.received_counts
+        )
+        self.transport.on_stats = self.board.on_stats
+        try:
+            self.transport.start()
+        except BaseException:
+            self.services.close()
+            raise
+        self.admit_port = self.services.relay_port if own_relay else self.transport.port
+        invite = make_invite(
+            self.cfg, self.transport.port, self.services.relay_port if own_relay else 0, name
+        )
+        self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
+        self.new_code()
+        info = {
+            "host_id": ident.node_id,
+            "host_name": name,
+            "task": self.task,
+            "settings": invite.settings,
+            "started": self.started_at,
+        }
+        (self.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        return self
+
+    def log_to(self, target: Callable[[str], None] | None) -> None:
+        """Send the class's log lines (links, admissions, the relay) to `target` from now on."""
+        self.log.target = target
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close(final=True)
+        if self.services is not None:
+            self.services.close()
+
+    # ------------------------------------------------------------------ the code
+    def new_code(self) -> str:
+        """Retire the current code and show a new one (a code burned by wrong guesses, or one
+        that leaked beyond the class); members already in stay in."""
+        assert self.admissions is not None
+        words = self.admissions.new_code()  # before the old one goes: another number, so the
+        if self.code:  # old code is refused as replaced, never counted as a wrong try
+            self.admissions.revoke(self.code.split("@", 1)[0])
+        self.code = format_code(words, self.address, self.admit_port)
+        return self.code
+
+    def code_lines(self) -> list[str]:
+        return qr_lines(self.code)
+
+    # ------------------------------------------------------------------ views
+    def page_url(self) -> str:
+        if self.services is None or not self.opts.web:
+            return ""
+        host = self.services.web_host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{shown}:{self.services.web_port}/"
+
+    def class_json(self) -> dict[str, Any]:
+        assert self.board is not None
+        return {**self.board.snapshot().to_json(), "task": self.task}
+
+    def _page(self) -> web.Application:
+        from ..web.page import make_app
+
+        return make_app(self.class_json, lambda: self.code, self.page_token, _qr_svg)
+
+    def received_counts(self) -> dict[str, int]:
+        """Groups this host's own transport verified, per member node id."""
+        if self.transport is None:
+            return {}
+        return {p.node_id: p.accepted for p in self.transport.peers()}
+
+    def describe(self) -> str:
+        """'4 members · relay :7745 · 2 peers connected ...' for the header."""
+        t = self.transport
+        n = len(self.board.members) if self.board is not None else 0
+        where = t.describe() if t is not None else "not started"
+        return f"{n} member{'s' if n != 1 else ''} · {where}"
+
+    # ------------------------------------------------------------------ training
+    def member_callback(self, inner: Any) -> ClassMember:
+        """The host's own node reports like any member (and straight onto its board)."""
+        assert self.transport is not None and self.board is not None
+        return ClassMember(
+            inner, self.transport.publish_stats, local=self.board.record, log=self.log
+        )
+
+    def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:
+        """Train this laptop as a member (blocks until its rounds are done or it is stopped)."""
+        from ..runner import run_single
+
+        return run_single(self.cfg, self.member_callback(callback), log, control, self.transport)
+
+
+def _qr_svg(code: str) -> str:
+    import io
+
+    import segno
+
+    out = io.BytesIO()
+    segno.make(code, error="m").save(out, kind="svg", scale=8, border=2, xmldecl=False)
+    return out.getvalue().decode("utf-8")

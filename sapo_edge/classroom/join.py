@@ -1,0 +1,274 @@
+"""`sapo-edge join CODE`: everything from the code. Admission at the code's address (SPAKE2: a
+wrong code learns nothing about the room), the class's settings checked against this laptop,
+then a node that tries every path at once (LAN discovery, the host's address, the host's
+relay) and says which one carries it, or what to do when none does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError
+from ..swarm.admission import AdmissionError, Grant, join_room
+from ..swarm.identity import Identity
+from ..swarm.network import NetworkTransport
+from ..swarm.roomkey import room_keys
+from ..textsafe import clean
+from .code import JoinCode, parse_code
+from .member import ClassMember
+from .settings import Invite, class_config, describe_task, fit_here, read_invite
+
+NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
+FIRST_LINK_WAIT = 10.0  # before its first round a student waits this long for the class
+
+
+class JoinError(ValueError):
+    """Joining failed; the message says why and what to do (no traceback)."""
+
+
+def admission_message(e: AdmissionError, code: JoinCode) -> str:
+    where = code.address
+    reasons = {
+        "wrong_code": (
+            "the host refused this code: wrong code. Check it on the teacher's screen and type "
+            "it again (a code is retired after a few wrong tries; the teacher then shows a new "
+            "one)."
+        ),
+        "no_such_code": (
+            f"the host at {where} has no such code: it expired or was replaced, or the number "
+            "before the words is mistyped. Ask the teacher for the code on the screen now."
+        ),
+        "expired_code": "this code has expired: ask the teacher for the code on the screen now.",
+        "busy": "the host is busy admitting others: run the same command again in a moment.",
+        "refused": (
+            f"cannot reach the host at {where}: check that this laptop is on the same network "
+            "as the teacher's, that the address after @ is typed right, and that no firewall "
+            f"blocks port {code.port} (`sapo-edge doctor` on both laptops checks). If this "
+            "network keeps laptops apart, the teacher can host through a relay both reach "
+            "(sapo-edge host --relay URL)."
+        ),
+        "timeout": (
+            f"the host at {where} did not answer in time: check the network, or try again."
+        ),
+        "unknown_version": (
+            "the host runs another version of sapo-edge: install the same version as the teacher."
+        ),
+    }
+    return reasons.get(e.reason) or f"joining failed ({e.reason}): {clean(str(e), 200)}"
+
+
+def admit(code: JoinCode, timeout: float = 15.0) -> tuple[Grant, Invite]:
+    """The room's key and the class's settings, or JoinError (nothing learnt on a wrong code)."""
+    try:
+        grant = join_room(code.address, code.words, timeout=timeout)
+    except AdmissionError as e:
+        raise JoinError(admission_message(e, code)) from None
+    except TimeoutError:
+        raise JoinError(admission_message(AdmissionError("timeout", ""), code)) from None
+    return grant, read_invite(grant.extra)
+
+
+@dataclass
+class Joined:
+    """A student's node, ready to run: its settings, its transport (not started), its paths."""
+
+    code: JoinCode
+    invite: Invite
+    cfg: Config
+    transport: NetworkTransport
+    relay: str  # "" when the class has none
+    role: str  # "member" or "baseline"
+    notes: list[str]  # what the student should know before the run (fit, resume, model)
+
+    @property
+    def host_address(self) -> str:
+        return f"{self.code.host}:{self.invite.node_port}"
+
+    def callback(self, inner: Any) -> ClassMember:
+        """The trainer callback that reports this laptop's rounds to the class; before its
+        first round it waits (FIRST_LINK_WAIT at most) for a path to the class, so that
+        round's rollouts reach the others."""
+        return ClassMember(
+            inner, self.transport.publish_stats, role=self.role, first_link=self.wait_for_class
+        )
+
+    def wait_for_class(self, timeout: float = FIRST_LINK_WAIT) -> bool:
+        t = self.transport
+        return t.wait_for(lambda: bool(t.connected()), timeout)
+
+
+def join_class(
+    code_text: str,
+    local: dict[str, Any],
+    *,
+    baseline: bool = False,
+    identity: Identity | None = None,
+    device: str = "cpu",
+    mdns_interfaces: list[str] | None = None,
+    log: Callable[[str], None] = print,
+    timeout: float = 15.0,
+) -> Joined:
+    """Admission, then this laptop's settings and node; JoinError / ConfigError say what to do.
+    `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags."""
+    code = parse_code(code_text)
+    grant, invite = admit(code, timeout)
+    cfg = class_config(invite, local)
+    notes = [f"joined {clean(invite.host_name, 40)}'s class: {describe_task(invite.settings)}"]
+    if local.get("model") and local["model"] != invite.settings.get("model"):
+        notes.append(
+            f"training {clean(local['model'], 80)} (the class runs "
+            f"{clean(invite.settings.get('model'), 80)}): rollouts are text, so models can differ"
+        )
+    if baseline:
+        cfg = dataclasses.replace(
+            cfg,
+            local_samples=min(cfg.local_samples + cfg.external_samples, cfg.questions_per_round),
+            external_samples=0,
+            share="none",
+        )
+        notes.append(
+            f"solo baseline: trains on {cfg.local_samples} own groups a round, none of the "
+            "class's, and shares none; the class view draws it against the class's mean"
+        )
+    if cfg.memory_check:
+        verdict, text = fit_here(cfg, device)
+        if verdict == "refuse":
+            raise ConfigError(text)
+        if verdict == "warn":
+            notes.append(f"memory: {text}")
+    keys = room_keys(grant.room, grant.secret)
+    if identity is None:
+        from ..swarm.identity import load_or_create
+
+        identity, _ = load_or_create()
+    default_name = Config.__dataclass_fields__["name"].default
+    name = identity.name if cfg.name == default_name else cfg.name
+    cfg = dataclasses.replace(cfg, room=grant.room, name=name)
+    if not cfg.out_dir:  # one folder per class: rejoining continues the same run
+        from ..paths import runs_dir
+
+        cfg = dataclasses.replace(cfg, out_dir=str(runs_dir() / f"class-{keys.lan_id[:12]}"))
+    from ..runs import is_used
+
+    if is_used(Path(cfg.out_dir) / name) and not cfg.resume:
+        cfg = dataclasses.replace(cfg, resume=True)
+        notes.append(f"rejoining: continuing this laptop's run in {Path(cfg.out_dir) / name}")
+    relay = grant.relay or (f"ws://{code.host}:{invite.relay_port}" if invite.relay_port else "")
+    transport = NetworkTransport(
+        identity,
+        room=grant.room,
+        secret=grant.secret,
+        listen=cfg.listen,
+        peers=[f"{code.host}:{invite.node_port}"] if invite.node_port else [],
+        relay=relay,
+        max_inbound_groups=cfg.max_inbound_groups,
+        mdns=cfg.mdns,
+        mdns_interfaces=mdns_interfaces,
+        model=cfg.model,
+        name=name,
+        log=log,
+    )
+    role = "baseline" if baseline else "member"
+    rounds = cfg.rounds
+
+    def continue_command(*, headless: bool, more: bool) -> str:
+        """What the run's summary prints to go on: the same code (or the one shown now)."""
+        args = ["sapo-edge", "join", str(code)]
+        args += ["--headless"] if headless else []
+        args += ["--baseline"] if baseline else []
+        for key in ("model", "name", "out_dir", "backend"):
+            if key in local:
+                args += [f"--{key.replace('_', '-')}", str(local[key])]
+        args += ["--rounds", str(rounds * 2)] if more else []
+        return shlex.join(args) + "  (or the code on the teacher's screen now)"
+
+    transport.continue_command = continue_command  # type: ignore[attr-defined]
+    return Joined(code, invite, cfg, transport, relay, role, notes)
+
+
+def class_path(joined: Joined) -> tuple[bool, str]:
+    """(any path works, which ones) for the dashboard: 'in the class via the LAN (2 peers), the
+    host's address and the host's relay (4 members heard)'."""
+    t = joined.transport
+    if not t.port:  # not started: the node loads its model first
+        return False, "starting: this laptop joins the class's network once its model is loaded"
+    links = t.connected()
+    relay_up = any(k.startswith("relay:") for k in links)
+    rows = [p for p in t.peers() if p.connected]
+    lan = sum(p.connection == "lan" for p in rows)
+    host = sum(p.connection == "manual" for p in rows)
+    parts = []
+    if lan:
+        parts.append(f"the LAN ({lan} peer{'s' if lan != 1 else ''})")
+    if host:
+        parts.append(f"the host's address {joined.host_address}")
+    if relay_up:
+        heard = sum(p.connection == "relay" for p in t.peers())
+        parts.append(f"the host's relay ({heard} member{'s' if heard != 1 else ''} heard)")
+    if parts:
+        return True, "in the class via " + ", ".join(parts)
+    tried = ["the LAN" if t.mdns else "", joined.host_address, "the relay" if joined.relay else ""]
+    return False, "not in the class yet: trying " + ", ".join(x for x in tried if x)
+
+
+class PathWatcher:
+    """Says which path carries this laptop into the class whenever that changes (`say`), and
+    once per outage, after NO_PATH_AFTER seconds without any, what to check (`warn(title,
+    remedy)`). A thread of its own; stop() ends it."""
+
+    def __init__(
+        self,
+        joined: Joined,
+        say: Callable[[str], None],
+        warn: Callable[[str, str], None],
+        *,
+        every: float = 1.0,
+        no_path_after: float = NO_PATH_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.joined, self.say, self.warn = joined, say, warn
+        self.every, self.no_path_after, self.clock = every, no_path_after, clock
+        self.last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="class-path", daemon=True)
+
+    def start(self) -> PathWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        lost_since, warned = self.clock(), False
+        while not self._stop.wait(self.every):
+            try:
+                ok, text = class_path(self.joined)
+            except Exception:  # noqa: BLE001 - a transport not started yet or closing
+                continue
+            if text != self.last:
+                self.last = text
+                self.say(f"class: {text}")
+            if ok or not self.joined.transport.port:  # connected, or not started yet
+                lost_since, warned = self.clock(), False
+            elif not warned and self.clock() - lost_since >= self.no_path_after:
+                warned = True
+                self.warn("Cannot reach the class", no_path_remedy(self.joined))
+
+
+def no_path_remedy(joined: Joined) -> str:
+    ports = ", ".join(str(p) for p in (joined.invite.node_port, joined.invite.relay_port) if p)
+    return (
+        f"Nothing reaches the host at {joined.code.host} (its address and its relay): check that "
+        "this laptop is on the teacher's network, that the teacher's sapo-edge host is still "
+        f"running, and that no firewall blocks port{'s' if ',' in ports else ''} {ports}. This "
+        "laptop keeps training on its own meanwhile and rejoins by itself once a path works."
+    )

@@ -1,0 +1,214 @@
+"""End of class: `sapo-edge report RUN_DIR` (or the class view's r key) writes the class table as
+class.csv and class.json, and two plots, reward_curves.png and learned_from.png, into the run
+folder `sapo-edge host` wrote. Plots use matplotlib (already installed with reasoning-gym's
+dependencies, and declared): members' names are drawn as plain text, never as math markup.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..textsafe import clean
+from .board import CLASS_FILE, ClassBoard, ClassSnapshot
+from .host import INFO_FILE
+
+CSV_COLUMNS = [
+    "name",
+    "node_id",
+    "role",
+    "host",
+    "backend",
+    "model",
+    "rounds",
+    "reward_first5",
+    "reward_last5",
+    "shared",
+    "used_by_others",
+    "rewarded_by_others",
+    "aha",
+    "received_by_host",
+]
+
+
+class ReportError(ValueError):
+    """No class to report on in that folder; the message says which folder to pass."""
+
+
+def _cell(value: Any) -> Any:
+    """A spreadsheet cell that cannot become a formula (a name such as '=HYPERLINK(...)')."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def load_class(
+    run_dir: Path, received: dict[str, int] | None = None
+) -> tuple[ClassSnapshot, dict[str, Any]]:
+    path = run_dir / CLASS_FILE
+    if not path.is_file():
+        raise ReportError(
+            f"{run_dir} holds no {CLASS_FILE}: pass the folder `sapo-edge host` printed when the "
+            "class started (`sapo-edge runs` lists run folders)."
+        )
+    try:
+        info = json.loads((run_dir / INFO_FILE).read_text(encoding="utf-8"))
+        if not isinstance(info, dict):
+            info = {}
+    except (OSError, ValueError):
+        info = {}
+    host_id = info.get("host_id", "") if isinstance(info.get("host_id"), str) else ""
+    board = ClassBoard.load(path, host_id=host_id)
+    if received is not None:
+        board.received = lambda: received
+    return board.snapshot(), info
+
+
+def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[Path]:
+    """Write class.csv, class.json, reward_curves.png and learned_from.png; returns the paths.
+    `received`: the groups the host verified per member (the host passes them; a report made
+    later from the folder leaves them blank)."""
+    run_dir = Path(run_dir)
+    snap, info = load_class(run_dir, received)
+    rows = []
+    for m in snap.members:
+        rows.append(
+            {
+                "name": clean(m.name, 60),
+                "node_id": m.node_id,
+                "role": m.role,
+                "host": m.is_host,
+                "backend": clean(m.backend, 60),
+                "model": clean(m.model, 120),
+                "rounds": m.rounds,
+                "reward_first5": _mean(m.rewards[:5]),
+                "reward_last5": _mean(m.rewards[-5:]),
+                "shared": m.shared,
+                "used_by_others": m.used_by_others,
+                "rewarded_by_others": m.rewarded_by_others,
+                "aha": m.aha,
+                "received_by_host": m.received_here,
+            }
+        )
+    csv_path = run_dir / "class.csv"
+    with open(csv_path, "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, CSV_COLUMNS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: _cell(v) for k, v in row.items()})
+    json_path = run_dir / "class.json"
+    data = snap.to_json()
+    json_path.write_text(
+        json.dumps(
+            {
+                "task": clean(info.get("task", ""), 300),
+                "settings": info.get("settings", {}),
+                "members": rows,
+                "curves": data["curves"],
+                "class_mean": data["swarm_mean"],
+                "solo_baseline": data["baseline"],
+                "learned_from": data["matrix"],
+                "note": "figures are each member's own signed claims; received_by_host is what "
+                "the host verified itself",
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    curves, matrix = _plots(snap, run_dir, clean(info.get("task", ""), 120))
+    return [csv_path, json_path, curves, matrix]
+
+
+def end_of_class(
+    out_dir: Path, say: Callable[[str], None], received: dict[str, int] | None = None
+) -> list[Path]:
+    """The report as a class ends: written, or a sentence saying why not (never a traceback)."""
+    try:
+        paths = write_report(out_dir, received)
+    except ReportError:
+        say(f"sapo-edge: no member reported a round: no class report ({out_dir}).")
+        return []
+    except OSError as e:
+        say(
+            f"sapo-edge: the class report could not be written ({e}); later: sapo-edge report {out_dir}"
+        )
+        return []
+    say("class report: " + ", ".join(str(p) for p in paths))
+    return paths
+
+
+def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    names = {
+        m.node_id: clean(m.name, 24)
+        + (" (host)" if m.is_host else " (baseline)" if m.role == "baseline" else "")
+        for m in snap.members
+    }
+    with matplotlib.rc_context({"text.parse_math": False, "figure.dpi": 100}):
+        fig, ax = plt.subplots(figsize=(9, 5))
+        for m in snap.members:
+            pts = snap.curves.get(m.node_id, [])
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                style = "--" if m.role == "baseline" else "-"
+                ax.plot(xs, ys, style, linewidth=1.2, alpha=0.8, label=names[m.node_id])
+        if snap.swarm_mean:
+            xs, ys = zip(*snap.swarm_mean, strict=True)
+            ax.plot(xs, ys, color="black", linewidth=3, label="class mean")
+        if snap.baseline:
+            xs, ys = zip(*snap.baseline, strict=True)
+            ax.plot(xs, ys, color="gray", linewidth=3, linestyle="--", label="solo baseline")
+        ax.set_xlabel("round")
+        ax.set_ylabel("mean reward (each member's own verifier)")
+        ax.set_title(f"Reward per round · {task}" if task else "Reward per round")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if snap.members:
+            ax.legend(loc="upper left", fontsize=8, ncol=2)
+        fig.tight_layout()
+        curves = run_dir / "reward_curves.png"
+        fig.savefig(curves)
+        plt.close(fig)
+
+        ids = [m.node_id for m in snap.members if m.role != "baseline"]  # it exchanges nothing
+        grid = [
+            [0 if a == b else snap.matrix.get(a, {}).get(b, (0, 0))[1] for b in ids] for a in ids
+        ]
+        size = max(4.0, 1.0 + 0.6 * len(ids))
+        fig, ax = plt.subplots(figsize=(size + 1.5, size))
+        top = max((max(row) for row in grid), default=0)
+        image = ax.imshow(grid or [[0]], cmap="Blues", vmin=0, vmax=max(top, 1))
+        labels = [names[i] for i in ids]
+        ax.set_xticks(range(len(ids)), labels, rotation=45, ha="right")
+        ax.set_yticks(range(len(ids)), labels)
+        for i, row in enumerate(grid):
+            for j, value in enumerate(row):
+                ax.text(
+                    j,
+                    i,
+                    "·" if i == j else str(value),
+                    ha="center",
+                    va="center",
+                    color="white" if value > max(max(map(max, grid or [[0]])), 1) / 2 else "black",
+                )
+        ax.set_xlabel("trained on them and rewarded (learner)")
+        ax.set_ylabel("groups from (producer)")
+        ax.set_title("Who learned from whom")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        fig.tight_layout()
+        matrix = run_dir / "learned_from.png"
+        fig.savefig(matrix)
+        plt.close(fig)
+    return curves, matrix

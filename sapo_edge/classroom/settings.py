@@ -1,0 +1,180 @@
+"""What the teacher sets for the whole class and what each laptop keeps: the class's settings
+travel to a student in the admission's sealed welcome (Grant.extra, JSON), are validated like any
+config, and are checked against this laptop's memory before anything loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, ConfigError
+from ..safejson import JsonError, dumps_canonical, loads_strict
+from ..textsafe import clean
+
+INVITE_VERSION = 1
+MAX_EXTRA_CHARS = 16 << 10  # = swarm.admission.MAX_EXTRA_CHARS (tested), without importing it
+# Each laptop's own: its hardware, its folder and name, and how long it stays. The model too: a
+# small laptop may join with a smaller one (rollouts are text, models need not match).
+LOCAL_FIELDS = frozenset(
+    {
+        "model",
+        "backend",
+        "dtype",
+        "micro_batch_size",
+        "memory_check",
+        "name",
+        "out_dir",
+        "resume",
+        "rounds",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "listen",
+        "mdns",
+        "max_inbound_groups",  # a NATS route's per-round intake: this laptop's capacity
+    }
+)
+# The network and the preset name are the room's own business (never sent); everything else
+# (domains and their configs, I/J, G, tokens, reward, the GRPO recipe, LoRA shape) is the class's.
+_NOT_SENT = frozenset(
+    {"room", "secret", "secret_file", "relay", "peer", "solo", "preset", "nodes", "node_backends"}
+)
+# Sent as the class's, and a student's own flag still wins: how long to train.
+OVERRIDABLE = frozenset({"rounds"})
+CLASS_FIELDS = (
+    frozenset(f.name for f in dataclasses.fields(Config)) - (LOCAL_FIELDS - OVERRIDABLE) - _NOT_SENT
+)
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
+
+
+@dataclass(frozen=True)
+class Invite:
+    """What a student receives with the room key (Grant.extra)."""
+
+    settings: dict[str, Any]  # the class's Config fields (CLASS_FIELDS and its model)
+    node_port: int  # the host's own node listens here, on the code's address
+    relay_port: int  # the host's relay on the code's address (0: none; Grant.relay names one)
+    host_name: str  # the host's node name, for people
+
+    def to_text(self) -> str:
+        text = dumps_canonical(
+            {
+                "v": INVITE_VERSION,
+                "settings": self.settings,
+                "node_port": self.node_port,
+                "relay_port": self.relay_port,
+                "host_name": self.host_name,
+            }
+        )
+        if len(text) > MAX_EXTRA_CHARS:
+            raise ConfigError(
+                f"the class's settings are {len(text)} characters as JSON, over the "
+                f"{MAX_EXTRA_CHARS} a join code can carry: use fewer domains or shorter configs."
+            )
+        return text
+
+
+def make_invite(cfg: Config, node_port: int, relay_port: int, host_name: str) -> Invite:
+    settings = {k: v for k, v in cfg.to_dict().items() if k in CLASS_FIELDS}
+    settings["model"] = cfg.model
+    return Invite(settings, node_port, relay_port, host_name)
+
+
+def read_invite(text: str) -> Invite:
+    """Parse a host's invite strictly; ConfigError says what is wrong (a host of another version)."""
+    try:
+        obj = loads_strict(text, max_bytes=MAX_EXTRA_CHARS * 4, max_depth=8)
+    except JsonError as e:
+        raise ConfigError(f"the host's settings are not valid JSON ({e.reason}).") from None
+    want = {"v", "settings", "node_port", "relay_port", "host_name"}
+    if not isinstance(obj, dict) or set(obj) != want:
+        raise ConfigError(
+            "the host sent settings this version of sapo-edge cannot read: use the same "
+            "sapo-edge version as the teacher."
+        )
+    if obj["v"] != INVITE_VERSION:
+        raise ConfigError(
+            f"the host speaks class settings version {obj['v']!r}, this laptop "
+            f"{INVITE_VERSION}: use the same sapo-edge version as the teacher."
+        )
+    ports = (obj["node_port"], obj["relay_port"])
+    if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 65536 for p in ports):
+        raise ConfigError("the host's settings name a port that is not one.")
+    settings, name = obj["settings"], obj["host_name"]
+    if not isinstance(settings, dict) or not isinstance(name, str):
+        raise ConfigError("the host's settings are not a table of settings.")
+    unknown = sorted(k for k in settings if k not in CLASS_FIELDS | {"model"})
+    if unknown:
+        raise ConfigError(
+            f"the host sets {', '.join(clean(k, 40) for k in unknown[:5])}, which a class may not "
+            "set (or this version does not know): use the same sapo-edge version as the teacher."
+        )
+    return Invite(settings, obj["node_port"], obj["relay_port"], clean(name, 40))
+
+
+def class_config(invite: Invite, local: dict[str, Any]) -> Config:
+    """This laptop's Config: the class's settings, then its own LOCAL_FIELDS; validated like any
+    config (ConfigError names the setting and the fix)."""
+    mine = {k: v for k, v in local.items() if k in LOCAL_FIELDS and v is not None}
+    if "model" not in mine:
+        model = invite.settings.get("model")
+        if not isinstance(model, str) or not _MODEL_NAME.fullmatch(model) or ".." in model:
+            shown = clean(model, 80) if isinstance(model, str) else "?"
+            raise ConfigError(
+                f"the class's model {shown!r} is not a model name this laptop can fetch (a folder "
+                "on the teacher's laptop?): join with --model NAME_OR_PATH, e.g. --model "
+                "smollm2-135m."
+            )
+    try:
+        return Config.from_dict({**invite.settings, **mine}, source="the class's settings")
+    except ConfigError as e:  # the host's values may be anything: one clean, short line
+        raise ConfigError(
+            f"{clean(str(e), 300)} (ask the teacher; this laptop may change --model, --rounds)"
+        ) from None
+
+
+def fit_here(cfg: Config, device: str) -> tuple[str, str]:
+    """('ok' | 'warn' | 'refuse' | 'unknown', a sentence): will the class's settings fit this
+    laptop? Known models and local folders are estimated before anything is fetched."""
+    from ..fit import GB, KNOWN, check_fits, estimate_bytes, shape_from_config, system_memory
+
+    shape = KNOWN.get(cfg.model) or (
+        shape_from_config(Path(cfg.model)) if Path(cfg.model).is_dir() else None
+    )
+    if shape is None:
+        return "unknown", "the memory of this model is estimated once it is fetched"
+    need, mem = estimate_bytes(shape, cfg, device), system_memory()
+    verdict, _generic = check_fits(need, mem, cfg.model)
+    have = (
+        f"this laptop has {mem.total / GB:.1f} GB of {mem.where} ({mem.available / GB:.1f} GB free)"
+    )
+    if verdict == "refuse":
+        return verdict, (
+            f"the class's settings need about {need / GB:.1f} GB to train {cfg.model} and {have}: "
+            "this laptop cannot run them. Join with a smaller model (sapo-edge join CODE --model "
+            "smollm2-135m), or ask the teacher for a lighter task (smaller group size, questions "
+            "per round or max new tokens); --no-memory-check tries anyway."
+        )
+    if verdict == "warn":
+        return verdict, (
+            f"the class's settings need about {need / GB:.1f} GB and {have}: close other programs, "
+            "or expect this laptop to be slow."
+        )
+    return verdict, f"the class's settings need about {need / GB:.1f} GB; {have}"
+
+
+def describe_task(settings: dict[str, Any]) -> str:
+    """One line for people: 'basic_arithmetic · G=4 · I=2 J=2 · 48 tokens · smollm2-135m'."""
+    domains = settings.get("domains") or {}
+    names = ", ".join(clean(d, 30) for d in list(domains)[:3]) + (
+        f" +{len(domains) - 3}" if len(domains) > 3 else ""
+    )
+    return (
+        f"{names} · {settings.get('questions_per_round')} questions x G="
+        f"{settings.get('group_size')} · I={settings.get('local_samples')} "
+        f"J={settings.get('external_samples')} · {settings.get('max_new_tokens')} tokens · "
+        f"{clean(settings.get('model', '?'), 60)}"
+    )

@@ -1,0 +1,30 @@
+"""A student's dashboard (`sapo-edge join CODE` in a terminal): the node dashboard, training with
+the class's settings; the header says which path carries it into the class, and a banner says
+what to check when none does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..classroom.join import Joined, PathWatcher
+from .app import run_dashboard
+from .messages import Problem
+
+
+def run_join_dashboard(joined: Joined) -> int:
+    def run(cfg: Any, callback: Any, log: Any, control: Any) -> Any:
+        from ..runner import run_single
+
+        for note in joined.notes:
+            log(f"room: {note}")
+        watcher = PathWatcher(
+            joined,
+            say=lambda text: callback.on_message(cfg.name, text),
+            warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
+        ).start()
+        try:
+            return run_single(cfg, joined.callback(callback), log, control, joined.transport)
+        finally:
+            watcher.stop()
+
+    return run_dashboard(joined.cfg, run=run)

@@ -1,0 +1,103 @@
+"""The projector page: the class view as a plain web page served by the host (aiohttp; static
+HTML, CSS and a small script that draws the chart as SVG; no build step, nothing fetched from
+elsewhere). Read-only: GET only. It never holds the room key; the join code is shown only to
+this machine (loopback) or to a browser that has the host's page token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+STATIC = Path(__file__).with_name("static")
+FILES = {
+    "/": ("index.html", "text/html"),
+    "/class.js": ("class.js", "text/javascript"),
+    "/class.css": ("class.css", "text/css"),
+}
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def host_header_ok(host: str | None) -> bool:
+    """Only IP literals and 'localhost' are served: a web page elsewhere cannot rebind a name of
+    its own to this machine (DNS rebinding) and read the join code as a loopback client."""
+    if not host:
+        return False
+    if host.startswith("["):
+        name = host[1:].split("]", 1)[0]
+    elif host.count(":") == 1:
+        name = host.split(":", 1)[0]
+    else:
+        name = host  # no port, or a bare IPv6 literal
+    if name.lower() == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def may_see_code(remote: str | None, given: str, token: str) -> bool:
+    """The join code goes to this machine's own browser, or to one that has the page token."""
+    try:
+        if remote and ipaddress.ip_address(remote.split("%")[0]).is_loopback:
+            return True
+    except ValueError:
+        pass
+    return bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def make_app(
+    class_json: Callable[[], dict[str, Any]],
+    code: Callable[[], str],
+    token: str,
+    qr_svg: Callable[[str], str],
+) -> web.Application:
+    """class_json(): the class (ClassSnapshot.to_json() plus the task); code(): the current join
+    code; qr_svg(code): the code as an SVG QR image."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler) -> web.StreamResponse:
+        if not host_header_ok(request.headers.get("Host")):
+            return web.Response(status=421, text="use this page by its IP address\n")
+        resp = await handler(request)
+        resp.headers.update(HEADERS)
+        return resp
+
+    def visible(request: web.Request) -> bool:
+        return may_see_code(request.remote, request.query.get("token", ""), token)
+
+    async def static(request: web.Request) -> web.Response:
+        name, kind = FILES[request.path]
+        body = (STATIC / name).read_bytes()
+        return web.Response(body=body, content_type=kind, charset="utf-8")
+
+    async def data(request: web.Request) -> web.Response:
+        shown = visible(request)
+        return web.json_response({**class_json(), "code": code() if shown else None})
+
+    async def qr(request: web.Request) -> web.Response:
+        if not visible(request):
+            raise web.HTTPForbidden(text="the join code is shown on the teacher's screen\n")
+        return web.Response(text=qr_svg(code()), content_type="image/svg+xml")
+
+    app = web.Application(middlewares=[guard], client_max_size=1024)
+    for path in FILES:
+        app.router.add_get(path, static)
+    app.router.add_get("/class.json", data)
+    app.router.add_get("/qr.svg", qr)
+    return app

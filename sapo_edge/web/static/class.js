@@ -1,0 +1,170 @@
+// sapo-edge projector page: polls /class.json and draws the class. Every text from members
+// goes in with textContent, never parsed as HTML: names are whatever a member chose to send.
+"use strict";
+
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
+const QUERY = TOKEN ? "?token=" + encodeURIComponent(TOKEN) : "";
+const SVG = "http://www.w3.org/2000/svg";
+const COLOURS = ["#1a5fb4", "#c01c28", "#26a269", "#e66100", "#813d9c", "#986a44",
+                 "#0b7285", "#a51d2d", "#5e5c64", "#b5835a", "#2ec27e", "#d4a017"];
+let shownCode = null;
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  return e;
+}
+
+function cut(text, n) { return text.length > n ? text.slice(0, n - 1) + "…" : text; }
+
+function fixed(x) { return x === null || x === undefined ? "-" : Number(x).toFixed(2); }
+
+function spark(values) {
+  const s = svg("svg", { width: 90, height: 20, viewBox: "0 0 90 20" });
+  const v = values.slice(-12);
+  if (v.length > 1) {
+    const top = Math.max(1, ...v);
+    const pts = v.map((y, i) => `${(i * 88) / (v.length - 1) + 1},${19 - (y / top) * 18}`);
+    s.appendChild(svg("polyline", { points: pts.join(" "), fill: "none", stroke: "#1a5fb4",
+                                    "stroke-width": 2 }));
+  }
+  return s;
+}
+
+function renderJoin(code) {
+  const box = document.getElementById("join");
+  document.getElementById("join-hidden").hidden = code !== null;
+  box.hidden = code === null;
+  if (code !== null && code !== shownCode) {
+    document.getElementById("code").textContent = code;
+    document.getElementById("qr").src = "/qr.svg" + QUERY + (QUERY ? "&" : "?") + "c=" +
+      encodeURIComponent(code);
+    shownCode = code;
+  }
+}
+
+function renderMembers(members) {
+  const rows = members.map((m) => {
+    const tr = el("tr");
+    if (m.is_host) tr.className = "host";
+    if (m.role === "baseline") tr.className = "baseline";
+    tr.append(el("td", m.name), el("td", m.backend), el("td", m.model.split("/").pop()),
+              el("td", m.rounds, "num"), el("td", fixed(m.recent_reward), "num"));
+    const t = el("td");
+    t.appendChild(spark(m.rewards));
+    tr.append(t, el("td", m.shared, "num"), el("td", m.used_by_others, "num"),
+              el("td", m.aha, "num"),
+              el("td", m.received_here === null ? "-" : m.received_here, "num"));
+    return tr;
+  });
+  if (!rows.length) {
+    const tr = el("tr");
+    const td = el("td", "nobody yet: students run sapo-edge join CODE");
+    td.colSpan = 10;
+    tr.appendChild(td);
+    rows.push(tr);
+  }
+  document.querySelector("#members tbody").replaceChildren(...rows);
+}
+
+function renderChart(data) {
+  const chart = document.getElementById("chart");
+  const W = 640, H = 300, L = 40, R = 10, T = 10, B = 30;
+  const series = data.members.map((m, i) => ({ name: m.name, pts: data.curves[m.node_id] || [],
+    colour: COLOURS[i % COLOURS.length], width: 1.5, dash: m.role === "baseline" ? "4 3" : "" }));
+  if (data.swarm_mean.length) series.push({ name: "class mean", pts: data.swarm_mean,
+    colour: "#000", width: 3.5, dash: "" });
+  if (data.baseline.length) series.push({ name: "solo baseline", pts: data.baseline,
+    colour: "#777", width: 3, dash: "8 4" });
+  const all = series.flatMap((s) => s.pts);
+  const maxX = Math.max(2, ...all.map((p) => p[0]));
+  const maxY = Math.max(1, ...all.map((p) => p[1]));
+  const x = (r) => L + ((r - 1) / (maxX - 1)) * (W - L - R);
+  const y = (v) => H - B - (v / maxY) * (H - T - B);
+  const parts = [];
+  for (let i = 0; i <= 4; i++) {
+    const v = (maxY * i) / 4;
+    parts.push(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
+    const t = svg("text", { x: 4, y: y(v) + 4 });
+    t.textContent = v.toFixed(2);
+    parts.push(t);
+  }
+  const step = Math.max(1, Math.ceil(maxX / 10));
+  for (let r = 1; r <= maxX; r += step) {
+    const t = svg("text", { x: x(r) - 4, y: H - B + 16 });
+    t.textContent = String(r);
+    parts.push(t);
+  }
+  const label = svg("text", { x: W / 2 - 15, y: H - 2 });
+  label.textContent = "round";
+  parts.push(label, svg("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }),
+             svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
+  for (const s of series) {
+    if (!s.pts.length) continue;
+    const pts = s.pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+    const line = svg("polyline", { points: pts, fill: "none", stroke: s.colour,
+                                   "stroke-width": s.width });
+    if (s.dash) line.setAttribute("stroke-dasharray", s.dash);
+    parts.push(line);
+  }
+  chart.replaceChildren(...parts);
+  document.getElementById("legend").replaceChildren(...series.map((s) => {
+    const span = el("span");
+    const swatch = el("i");
+    swatch.style.background = s.colour;
+    span.append(swatch, document.createTextNode(s.name));
+    return span;
+  }));
+}
+
+function renderMatrix(data) {
+  const names = data.members.map((m) => m.name);
+  const ids = data.members.map((m) => m.node_id);
+  const head = el("tr");
+  head.appendChild(el("th", "from \\ to"));
+  for (const n of names) head.appendChild(el("th", cut(n, 14), "learner"));
+  const rows = [head];
+  ids.forEach((a, i) => {
+    const tr = el("tr");
+    tr.appendChild(el("th", cut(names[i], 20)));
+    ids.forEach((b) => {
+      const cell = a === b ? null : ((data.matrix[a] || {})[b] || [0, 0]);
+      const td = el("td", cell === null ? "·" : cell[1], "num");
+      if (cell !== null && cell[1] === 0) td.classList.add("zero");
+      tr.appendChild(td);
+    });
+    rows.push(tr);
+  });
+  document.getElementById("matrix").replaceChildren(...rows);
+}
+
+function render(data) {
+  document.getElementById("task").textContent = data.task || "";
+  const n = data.members.length;
+  document.getElementById("status").textContent =
+    `${n} member${n === 1 ? "" : "s"} · updated ${new Date(data.now * 1000).toLocaleTimeString()}`;
+  renderJoin(data.code);
+  renderMembers(data.members);
+  renderChart(data);
+  renderMatrix(data);
+}
+
+async function tick() {
+  try {
+    const r = await fetch("/class.json" + QUERY, { cache: "no-store" });
+    if (!r.ok) throw new Error(String(r.status));
+    render(await r.json());
+  } catch (e) {
+    document.getElementById("status").textContent = "waiting for the host… (" + e.message + ")";
+  }
+  setTimeout(tick, 2000);
+}
+
+tick();

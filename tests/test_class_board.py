@@ -1,0 +1,39 @@
+"""The host's record of the class: rows by node id (names are claims: a copied name is told
+apart, a copied derived name shows the sender's own), a later report of a round replaces it,
+the number of members is capped, and a disk that refuses the record does not stop the view."""
+
+from __future__ import annotations
+
+from sapo_edge.classroom.board import ClassBoard
+from sapo_edge.swarm.identity import name_for_id
+from sapo_edge.swarm.stats import RoundStats
+
+A, B, C = "a" * 32, "b" * 32, "c" * 32
+
+
+def stats(round_: int, name: str, reward: float = 0.5, **kw) -> RoundStats:
+    base = dict(shared=2, trained_local=1, trained_external=0, aha=0, learned={})
+    base.update(kw)
+    return RoundStats(round_, reward, name=name, model="m", backend="torch", device="cpu", **base)
+
+
+def test_rows_are_node_ids_and_names_are_claims(tmp_path) -> None:
+    board = ClassBoard(tmp_path / "class.jsonl")
+    board.record(A, stats(0, "ada"))
+    board.record(B, stats(0, "ada"))  # the same name: both shown, told apart by id
+    board.record(C, stats(0, name_for_id(A)))  # A's derived name: C shows its own
+    board.record(A, stats(0, "ada", reward=0.75))  # round 0 again: replaces it
+    names = {m.node_id: m.name for m in board.snapshot().members}
+    assert names == {A: f"ada#{A[:6]}", B: f"ada#{B[:6]}", C: name_for_id(C)}
+    row = next(m for m in board.snapshot().members if m.node_id == A)
+    assert row.rounds == 1 and row.rewards == [0.75]
+    assert len((tmp_path / "class.jsonl").read_text().splitlines()) == 4
+
+
+def test_members_are_capped_and_a_refusing_disk_does_not_stop_the_view(tmp_path) -> None:
+    (tmp_path / "class.jsonl").mkdir()  # cannot be written as a file
+    board = ClassBoard(tmp_path / "class.jsonl", max_members=2)
+    assert board.record(A, stats(0, "ada")) and board.record(B, stats(0, "bob"))
+    assert not board.record(C, stats(0, "cy"))
+    assert board.dropped == {"board_full": 1, "unsaved": 2}
+    assert [m.name for m in board.snapshot().members] == ["ada", "bob"]

@@ -1,0 +1,150 @@
+"""The projector page, served by a real host on loopback: a real headless Chromium renders it
+(screenshot and DOM, after its script has drawn the class), members' names stay literal text,
+the page is read-only, never holds the room key, shows the join code only to this machine or to
+a browser with the host's page token, and refuses names it does not know (DNS rebinding).
+
+Chromium comes from Debian's `chromium` package (.ci/run installs it); without it the
+browser test is skipped with a message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+from class_recorded import CODE, HOSTILE, TASK, recorded_board
+from scripted import make_cfg
+
+from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.web.page import host_header_ok, may_see_code
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--virtual-time-budget=6000",
+]
+
+
+@pytest.fixture
+def host(tmp_path: Path):
+    """A real host (no training) whose board holds the recorded class."""
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False)
+    h = ClassHost(
+        cfg,
+        HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="0.0.0.0:0"),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    h.start()
+    recorded = recorded_board()
+    h.board.members, h.board.clock = recorded.members, recorded.clock
+    h.board.received, h.board.host_id = recorded.received, recorded.host_id
+    h.task = TASK
+    h.code = CODE  # the picture shows a classroom address, not this test's loopback one
+    yield h
+    h.close()
+
+
+def get(url: str, **kw) -> tuple[int, dict, bytes]:
+    async def go():
+        async with aiohttp.ClientSession() as s, s.get(url, **kw) as r:
+            return r.status, dict(r.headers), await r.read()
+
+    return asyncio.run(go())
+
+
+def test_the_page_is_read_only_keyless_and_shows_the_code_only_where_it_should(host) -> None:
+    base = f"http://127.0.0.1:{host.services.web_port}"
+    secrets = [
+        host.admissions.grant.secret,
+        host.transport.keys.lan_id,
+        host.transport.keys.relay_id,
+    ]
+    bodies = b""
+    for path in ("/", "/class.js", "/class.css", "/class.json", "/qr.svg"):
+        status, headers, body = get(base + path)
+        assert status == 200, path
+        assert "default-src 'none'" in headers["Content-Security-Policy"]
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        bodies += body
+    assert not any(s.encode() in bodies for s in secrets)
+    assert b"innerHTML" not in bodies and b"eval(" not in bodies
+    data = json.loads(get(base + "/class.json")[2])
+    assert data["code"] == CODE and data["task"] == TASK  # this machine sees the code
+    assert [m["name"] for m in data["members"]][:2] == ["teacher", HOSTILE]
+
+    # read-only: nothing but GET
+    async def post() -> int:
+        async with aiohttp.ClientSession() as s, s.post(base + "/class.json", data=b"{}") as r:
+            return r.status
+
+    assert asyncio.run(post()) == 405
+    # a name that is not an address (DNS rebinding): refused before any handler runs
+    assert get(base + "/class.json", headers={"Host": "evil.example:80"})[0] == 421
+    assert host_header_ok("127.0.0.1:7746") and host_header_ok("[::1]:7746")
+    assert host_header_ok("localhost") and not host_header_ok("sapo.example")
+    assert may_see_code("127.0.0.1", "", "t") and may_see_code("::1", "", "t")
+    assert not may_see_code("192.168.1.50", "", "t") and not may_see_code("192.168.1.50", "x", "t")
+    assert may_see_code("192.168.1.50", "t", "t") and not may_see_code("10.0.0.1", "", "")
+
+
+def test_another_machine_sees_the_class_but_not_the_code_without_the_token(host) -> None:
+    from sapo_edge.doctor import lan_addresses
+
+    lan = [a for a in lan_addresses() if ":" not in a]
+    if not lan:
+        pytest.skip("this machine has no LAN address to play the other machine from")
+    base = f"http://{lan[0]}:{host.services.web_port}"
+    data = json.loads(get(base + "/class.json")[2])
+    assert data["code"] is None and len(data["members"]) == 5
+    assert get(base + "/qr.svg")[0] == 403
+    assert json.loads(get(base + f"/class.json?token={host.page_token}")[2])["code"] == CODE
+    assert get(base + "/class.json?token=wrong")[0] == 200
+    assert json.loads(get(base + "/class.json?token=wrong")[2])["code"] is None
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="Chromium not installed (apt-get install chromium): no screenshot"
+)
+def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
+    url = f"http://127.0.0.1:{host.services.web_port}/"
+    profile = tmp_path / "chromium-profile"
+    shot = tmp_path / "page.png"
+    common = [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}"]
+    subprocess.run(
+        [*common, f"--screenshot={shot}", "--window-size=1280,1100", url],
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+    assert shot.is_file(), "Chromium wrote no screenshot"
+    dom = subprocess.run(
+        [*common, "--dump-dom", url], capture_output=True, text=True, timeout=90, check=False
+    ).stdout
+    assert f'sapo-edge join <span id="code">{CODE}</span>' in dom  # drawn by the script
+    for name in ("teacher", "ada", "bob", "solo"):
+        assert f"<td>{name}</td>" in dom
+    assert "&lt;img src=x onerror=alert(1)&gt;[b]x" in dom  # text, not an element
+    assert '<img src="x"' not in dom and 'onerror="' not in dom
+    assert dom.count("<polyline") >= 7  # 5 members + class mean + baseline (+ sparklines)
+    assert "class mean" in dom and "solo baseline" in dom
+
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1280, 1100)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50  # drawn, not a blank page

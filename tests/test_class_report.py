@@ -1,0 +1,51 @@
+"""End of class: `sapo-edge report RUN_DIR` writes the class table (CSV, JSON) and two PNG plots
+from the host's class.jsonl; members' names cannot become spreadsheet formulas or math markup;
+a folder without a class says which folder to pass."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from class_recorded import ADA, HOST, HOSTILE, recorded_board
+from PIL import Image
+
+from sapo_edge.classroom.host import INFO_FILE
+from sapo_edge.cli import main
+from sapo_edge.swarm.stats import RoundStats
+
+
+def test_report_writes_the_table_and_the_plots(tmp_path, capsys) -> None:
+    board = recorded_board(tmp_path / "class.jsonl")
+    for name, node in (('=HYPERLINK("http://x")', "e" * 32), ("$\\frac{1}{$ ^_^", "f" * 32)):
+        board.record(node, RoundStats(0, 0.5, 1, 1, 0, 0, {}, name, "m", "torch", "cpu"))
+    with open(tmp_path / "class.jsonl", "a") as f:
+        f.write("not json\n")  # a torn last line: counted, not fatal
+    (tmp_path / INFO_FILE).write_text(json.dumps({"host_id": HOST, "task": "addition"}))
+    assert main(["report", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.split()
+    assert [p.rsplit("/", 1)[-1] for p in printed] == [
+        "class.csv",
+        "class.json",
+        "reward_curves.png",
+        "learned_from.png",
+    ]
+    rows = list(csv.DictReader(open(tmp_path / "class.csv", encoding="utf-8")))
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["teacher"]["host"] == "True" and by_name["solo"]["role"] == "baseline"
+    assert by_name["ada"]["rounds"] == "8" and by_name["ada"]["reward_last5"] == "0.5"
+    assert by_name["bob"]["aha"] == "2" and by_name[HOSTILE]["received_by_host"] == ""
+    assert '\'=HYPERLINK("http://x")' in by_name  # a formula no more
+    data = json.loads((tmp_path / "class.json").read_text())
+    assert data["task"] == "addition" and len(data["members"]) == 7
+    assert data["learned_from"][ADA][HOST] == list(board.snapshot().matrix[ADA][HOST])
+    for png in ("reward_curves.png", "learned_from.png"):
+        image = Image.open(tmp_path / png)
+        assert image.format == "PNG" and image.size[0] >= 400
+        assert len(image.convert("RGB").getcolors(1 << 20)) > 20
+
+
+def test_report_on_a_folder_without_a_class_says_which_folder(tmp_path, capsys) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no class.jsonl" in err and "sapo-edge host" in err

@@ -1,0 +1,117 @@
+"""What travels with the join code and what a student types: the class's settings are read
+strictly (a host cannot set a student's network, secret or a path on its disk), checked like
+any config, and fit the admission's sealed welcome; join codes parse with typo hints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sapo_edge.classroom.code import CodeError, big_text, format_code, parse_code, qr_lines
+from sapo_edge.classroom.settings import (
+    CLASS_FIELDS,
+    LOCAL_FIELDS,
+    MAX_EXTRA_CHARS,
+    class_config,
+    make_invite,
+    read_invite,
+)
+from sapo_edge.config import Config, ConfigError
+from sapo_edge.swarm import admission
+
+
+def invite_text(**over) -> str:
+    cfg = Config.load("", {"preset": "addition", "model": "smollm2-135m"})
+    base = json.loads(make_invite(cfg, 7744, 7745, "t").to_text())
+    base.update(over)
+    return json.dumps(base)
+
+
+def test_the_class_sets_the_task_and_each_laptop_keeps_its_own() -> None:
+    assert MAX_EXTRA_CHARS == admission.MAX_EXTRA_CHARS
+    assert {"room", "secret", "secret_file", "relay", "peer", "listen", "out_dir"}.isdisjoint(
+        CLASS_FIELDS
+    )
+    assert {"domains", "domain_configs", "group_size", "local_samples", "max_new_tokens"} <= (
+        CLASS_FIELDS
+    )
+    assert CLASS_FIELDS & LOCAL_FIELDS == {"rounds"}  # the class's, unless the laptop says
+    seven = read_invite(
+        invite_text(settings={**json.loads(invite_text())["settings"], "rounds": 7})
+    )
+    assert class_config(seven, {}).rounds == 7 and class_config(seven, {"rounds": 3}).rounds == 3
+    paper = make_invite(Config.load("", {"preset": "paper"}), 7744, 7745, "teacher").to_text()
+    assert len(paper) < MAX_EXTRA_CHARS // 4  # the paper's 9 domains fit with room to spare
+    invite = read_invite(invite_text())
+    cfg = class_config(invite, {"model": "tiny/model", "rounds": 3, "group_size": 99})
+    assert cfg.model == "tiny/model" and cfg.rounds == 3
+    assert cfg.group_size == 4  # the class's, not the laptop's: group_size is not local
+    assert cfg.domain_configs["basic_arithmetic"]["max_digits"] == 1
+
+
+@pytest.mark.parametrize(
+    "text, what",
+    [
+        ("{", "not valid JSON"),
+        (invite_text(v=2), "version 2"),
+        (invite_text(extra=1), "cannot read"),
+        (invite_text(node_port="7744"), "port"),
+        (invite_text(relay_port=70000), "port"),
+        (invite_text(settings={"relay": "ws://evil:1"}), "may not"),
+        (invite_text(settings={"peer": ["evil:1"]}), "may not"),
+        (invite_text(settings={"secret": "x"}), "may not"),
+        (invite_text(settings={"listen": "0.0.0.0:1"}), "may not"),
+        (invite_text(settings=[]), "not a table"),
+    ],
+)
+def test_a_hosts_settings_are_read_strictly(text: str, what: str) -> None:
+    with pytest.raises(ConfigError, match=what):
+        read_invite(text)
+
+
+@pytest.mark.parametrize(
+    "model", ["/etc/passwd", "../../secret", "~/models/x", "a/b/c", "C:\\x", "", "x" * 300]
+)
+def test_a_class_cannot_point_a_laptop_at_a_path_on_its_disk(model: str) -> None:
+    settings = json.loads(invite_text())["settings"]
+    invite = read_invite(invite_text(settings={**settings, "model": model}))
+    with pytest.raises(ConfigError, match="--model"):
+        class_config(invite, {})
+    assert class_config(invite, {"model": "smollm2-135m"}).model == "smollm2-135m"
+
+
+def test_bad_class_values_fail_like_any_config_and_name_the_class() -> None:
+    settings = json.loads(invite_text())["settings"]
+    invite = read_invite(invite_text(settings={**settings, "group_size": 1}))
+    with pytest.raises(ConfigError, match="group_size"):
+        class_config(invite, {})
+    hostile = read_invite(invite_text(settings={**settings, "lenient": "\x1b]0;x\x07" * 900}))
+    with pytest.raises(ConfigError) as e:
+        class_config(hostile, {})
+    assert "\x1b" not in str(e.value) and len(str(e.value)) < 400
+
+
+def test_join_codes_parse_with_hints() -> None:
+    code = parse_code("  7 Acorn ZINNIA@192.168.1.20:7745 ")
+    assert (code.words, code.host, code.port) == ("7-acorn-zinnia", "192.168.1.20", 7745)
+    assert parse_code("7-acorn-zinnia@[fe80::1]:9").host == "[fe80::1]"
+    assert parse_code("7-acorn-zinnia@laptop.lan").port == 7745
+    assert format_code("7-acorn-zinnia", "::1", 7745) == "7-acorn-zinnia@[::1]:7745"
+    for bad, hint in [
+        ("7-acorn-zinia@h:1", "did you mean 'zinnia'"),
+        ("7-acorn-zinnia", "no host address"),
+        ("acorn-zinnia@h:1", "a number and two words"),
+        ("7-acorn-zinnia@h:0", "not a port"),
+        ("7-acorn-zinnia@h h:1", "not an address"),
+    ]:
+        with pytest.raises(CodeError, match=hint):
+            parse_code(bad)
+
+
+def test_large_letters_and_the_qr_code_are_rectangular_blocks() -> None:
+    big = big_text("7-acorn-zinnia")
+    assert len(big) == 3 and len({len(line) for line in big}) == 1
+    assert set("".join(big)) <= set("█▀▄ ")
+    qr = qr_lines("7-acorn-zinnia@192.168.1.20:7745")
+    assert len({len(line) for line in qr}) == 1 and len(qr) * 2 >= len(qr[0])

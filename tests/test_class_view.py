@@ -1,0 +1,105 @@
+"""The class view: a pinned look (SVG snapshot at 120x40, fed a recorded class with a fixed
+clock), and Pilot driving it on a real host (no training): the keys hide the code, make a new
+one, write the report and end the class; members' names stay literal text.
+
+After an intended change of the look: pytest tests/test_class_view.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from class_recorded import CODE, HOSTILE, TASK, recorded_board
+from scripted import make_cfg
+
+from sapo_edge.classroom.code import qr_lines
+from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.tui.class_view import ClassUpdated, ClassView, CodeShown, OwnStatus
+from sapo_edge.tui.widgets.class_widgets import JoinPanel, LearnedMatrix, MembersTable
+
+SIZE = (120, 40)
+NETWORK = "3 peers connected (3 manual); relay up, 4 nodes heard in 5 min; listening on :7744"
+
+
+async def feed(pilot) -> None:
+    board = recorded_board()
+    app = pilot.app
+    app.post_message(CodeShown(CODE, qr_lines(CODE), "http://127.0.0.1:7746/"))
+    app.post_message(ClassUpdated(board.snapshot(), f"5 members · {NETWORK}"))
+    app.post_message(OwnStatus("round 9/20 · generating"))
+    await pilot.pause()
+
+
+def test_class_view_with_the_code(snap_compare) -> None:
+    assert snap_compare(ClassView(None, start=False), terminal_size=SIZE, run_before=feed)
+
+
+def test_class_view_with_the_code_hidden(snap_compare) -> None:
+    async def hide(pilot) -> None:
+        await feed(pilot)
+        await pilot.press("j")
+        await pilot.pause()
+
+    assert snap_compare(ClassView(None, start=False), terminal_size=SIZE, run_before=hide)
+
+
+@pytest.fixture
+def host(tmp_path: Path):
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False)
+    h = ClassHost(
+        cfg,
+        HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="", train=False),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    h.start()
+    recorded = recorded_board(h.out_dir / "class.jsonl")  # as if the class had run
+    h.board.members, h.board.clock, h.board.host_id = (
+        recorded.members,
+        recorded.clock,
+        recorded.host_id,
+    )
+    h.task = TASK
+    yield h
+    h.close()
+
+
+def test_keys_drive_a_real_host(host) -> None:
+    app = ClassView(host)
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            table = app.query_one(MembersTable)
+            names = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
+            assert names[:2] == ["teacher (host)", HOSTILE[:17] + "…"]  # literal, cut to fit
+            assert (
+                app.query_one(LearnedMatrix).row_count == 4
+            )  # the solo baseline exchanges nothing
+            panel = app.query_one(JoinPanel)
+            assert panel.display and "sapo-edge join " + host.code in str(
+                panel.query_one("#join-small").render()
+            )
+            await pilot.press("j")
+            assert not panel.display
+            old = host.code
+            await pilot.press("n")
+            await pilot.pause()
+            assert host.code.split("-")[0] != old.split("-")[0]  # another number: the old
+            assert old.split("-")[0] not in host.admissions.codes  # code reads as replaced
+            await pilot.press("r")
+            await app.workers.wait_for_complete()
+            assert [p.name for p in app.report_paths] == [
+                "class.csv",
+                "class.json",
+                "reward_curves.png",
+                "learned_from.png",
+            ]
+            await pilot.press("q")
+        assert app.return_value == "ended"
+
+    asyncio.run(drive())
+    assert (host.out_dir / "class.csv").read_text().count("\n") == 6  # header + 5 members

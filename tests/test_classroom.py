@@ -1,0 +1,348 @@
+"""A class on loopback, everyone in this process: a host and three students who joined by code
+only (mDNS off: the code's address is all they have) train in rounds, find each other through
+the host's address and its relay, train on each other's groups, and the host's board lists all
+four with their figures; a wrong code is refused and learns nothing about the room; a student
+that leaves and comes back keeps its row and its history.
+
+The policy is the scripted one (tests/scripted.py: known right and wrong answers), so every
+count below is certain; tests/test_classroom_cli.py runs the same on the tiny model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from scripted import Quiet, ScriptedBackend, make_cfg
+
+from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.classroom.join import Joined, JoinError, class_path, join_class
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.trainer import Node
+
+FAST_NET = dict(heartbeat=0.5, handshake_timeout=2.0, reconnect_base=0.05, reconnect_max=0.3)
+
+
+def fast(transport):
+    """Loopback timings (the defaults suit a classroom's Wi-Fi, not a test)."""
+    for k, v in FAST_NET.items():
+        setattr(transport, k, v)
+    return transport
+
+
+@pytest.fixture
+def host(tmp_path: Path):
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, rounds=10)
+    h = ClassHost(
+        cfg,
+        HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web=""),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    h.start()
+    fast(h.transport)
+    yield h
+    h.close()
+
+
+def student(host: ClassHost, tmp_path: Path, name: str, ident: Identity | None = None) -> Joined:
+    local = dict(out_dir=str(tmp_path / "students"), name=name, listen="127.0.0.1:0", mdns=False)
+    joined = join_class(
+        host.code, local, identity=ident or Identity.generate(), log=lambda _m: None
+    )
+    fast(joined.transport)
+    return joined
+
+
+def linked(j: Joined) -> None:
+    """Wait until the host's address and its relay both carry this student."""
+    assert j.transport.wait_for(lambda: class_path(j)[1].count("the host") == 2, 10)
+
+
+def node_of(cfg, transport, name: str, callback, right: int = 1) -> Node:
+    return Node(
+        cfg,
+        ScriptedBackend(right),
+        transport,
+        node_id=transport.ident.node_id,
+        name=name,
+        model_id="scripted",
+        out_dir=Path(cfg.out_dir) / name,
+        callback=callback,
+    )
+
+
+def run_rounds_in_step(nodes: list[Node], host: ClassHost, rounds: int) -> None:
+    """Each node runs a round; then wait until every node has everyone else's batch and the
+    host's board has every node's figures, so the next round trains on them."""
+    transports = [n.transport for n in nodes]
+    for _ in range(rounds):
+        before = [t.counters["delivered"] for t in transports]
+        for n in nodes:
+            n.run_round()
+        for t, b in zip(transports, before, strict=True):
+            want = b + len(nodes) - 1
+            assert t.wait_for(lambda t=t, w=want: t.counters["delivered"] >= w, 10), t.describe()
+        for n in nodes:
+            assert host.transport.wait_for(
+                lambda n=n: n.round - 1 in host.board.members.get(n.node_id, _NONE).rounds, 10
+            ), f"{n.name}'s figures never reached the host"
+
+
+class _NoRounds:
+    rounds: dict = {}
+
+
+_NONE = _NoRounds()
+
+
+def test_a_class_joins_by_code_trains_on_each_other_and_the_board_shows_it(host, tmp_path):
+    joined = [student(host, tmp_path, n) for n in ("ada", "bob", "cy")]
+    for j in joined:
+        assert j.cfg.group_size == host.cfg.group_size and j.cfg.domains == host.cfg.domains
+        assert j.cfg.room == "class" and j.relay.startswith("ws://127.0.0.1:")
+        assert j.cfg.secret == ""  # the key lives in the transport only, never in the config
+    host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
+    students = [
+        node_of(j.cfg, j.transport, j.cfg.name, j.callback(Quiet()), right=0 if i == 2 else 1)
+        for i, j in enumerate(joined)
+    ]
+    for j in joined:
+        j.transport.start()
+    try:
+        for j in joined:  # the host's address and its relay both carry each student
+            linked(j)
+        ok, path = class_path(joined[0])
+        assert ok and "the host's address 127.0.0.1:" in path and "the host's relay" in path
+        nodes = [host_node, *students]
+        run_rounds_in_step(nodes, host, 3)
+
+        snap = host.board.snapshot()
+        rows = {r.node_id: r for r in snap.members}
+        assert set(rows) == {n.node_id for n in nodes}
+        assert snap.members[0].is_host and snap.members[0].name == "teacher"
+        for n in nodes:
+            row = rows[n.node_id]
+            assert row.rounds == 3 and row.shared == 3 * host.cfg.questions_per_round
+            if n is not students[2]:
+                assert row.used_by_others > 0 and row.rewarded_by_others > 0
+            learned = sum(snap.matrix.get(p, {}).get(n.node_id, (0, 0))[0] for p in rows)
+            assert learned > 0, f"{row.name} trained on nobody's groups"
+            if not row.is_host:
+                assert row.received_here == 3 * host.cfg.questions_per_round  # verified here
+        assert rows[students[2].node_id].aha > 0  # all of its own answers are wrong...
+        assert rows[students[2].node_id].used_by_others == 0  # ...so its groups teach nobody
+        assert rows[students[0].node_id].aha == 0  # it always has a right one itself
+        assert [r for r, _ in snap.swarm_mean] == [1, 2, 3] and snap.baseline == []
+        assert (host.out_dir / "class.jsonl").read_text().count("\n") == 12
+        assert class_view_rows(host) == {
+            ("teacher (host)", "3", "6"),
+            ("ada", "3", "6"),
+            ("bob", "3", "6"),
+            ("cy", "3", "6"),
+        }
+    finally:
+        for j in joined:
+            j.transport.close()
+
+
+def class_view_rows(host: ClassHost) -> set[tuple[str, str, str]]:
+    """(member, rounds, shared) as the teacher's class view shows them."""
+    import asyncio
+
+    from sapo_edge.tui.class_view import ClassView
+    from sapo_edge.tui.widgets.class_widgets import MembersTable
+
+    app, rows = ClassView(host, start=False), set()
+
+    async def look() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.query_one(MembersTable)
+            for i in range(table.row_count):
+                cells = table.get_row_at(i)
+                rows.add((cells[0].plain, str(cells[3]), str(cells[6])))
+
+    asyncio.run(look())
+    return rows
+
+
+def test_a_wrong_code_is_refused_and_learns_nothing_about_the_room(host, tmp_path) -> None:
+    words, _, where = host.code.partition("@")
+    n, w1, w2 = words.split("-")
+    wrong = f"{n}-{w2}-{w1}@{where}" if w1 != w2 else f"{n}-acorn-acorn@{where}"
+    out = tmp_path / "students"
+    with pytest.raises(JoinError) as e:
+        join_class(wrong, dict(out_dir=str(out)), identity=Identity.generate(), log=print)
+    message = str(e.value)
+    assert "wrong code" in message and "teacher's screen" in message
+    keys = host.transport.keys
+    for secret in (keys.lan_id, keys.relay_id, host.admissions.grant.secret, "basic_arithmetic"):
+        assert secret not in message
+    assert not out.exists()  # nothing was set up for a room it never entered
+    assert host.admissions.codes[n].failures == 1 and host.admissions.codes[n].admitted == 0
+    # a typo in a word is caught here, before it costs one of the code's few tries
+    with pytest.raises(ValueError, match="did you mean"):
+        join_class(f"{n}-{w1}x-{w2}@{where}", {}, identity=Identity.generate())
+    assert host.admissions.codes[n].failures == 1
+
+
+def test_a_student_who_leaves_and_comes_back_keeps_its_row_and_history(host, tmp_path) -> None:
+    me = Identity.generate()
+    host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
+    first = student(host, tmp_path, "ada", me)
+    node = node_of(first.cfg, first.transport.start(), "ada", first.callback(Quiet()))
+    linked(first)
+    run_rounds_in_step([host_node, node], host, 2)
+    node.save()
+    first.transport.close()  # the laptop leaves (or sleeps)
+    assert host.transport.wait_for(lambda: me.node_id not in host.transport.connected(), 10)
+    host_node.run_round()  # the class goes on without it
+
+    again = student(host, tmp_path, "ada", me)  # the same code, the same laptop
+    assert again.cfg.resume and any("rejoining" in n for n in again.notes)
+    back = node_of(again.cfg, again.transport.start(), "ada", again.callback(Quiet()))
+    assert back.resume() and back.round == 2
+    linked(again)
+    run_rounds_in_step([host_node, back], host, 1)
+    rows = [r for r in host.board.snapshot().members if r.node_id == me.node_id]
+    assert len(rows) == 1 and rows[0].rounds == 3 and rows[0].last_round == 2
+    assert [r for r, _ in host.board.snapshot().curves[me.node_id]] == [1, 2, 3]
+    again.transport.close()
+
+
+def test_class_settings_travel_with_the_key_and_local_flags_stay_local(host, tmp_path) -> None:
+    j = student(host, tmp_path, "ada")
+    assert j.invite.settings["model"] == "scripted" and "room" not in j.invite.settings
+    assert j.cfg.local_samples == host.cfg.local_samples
+    baseline = join_class(
+        host.code,
+        dict(out_dir=str(tmp_path / "b"), listen="127.0.0.1:0", mdns=False, rounds=3),
+        baseline=True,
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    assert baseline.role == "baseline" and baseline.cfg.rounds == 3
+    assert baseline.cfg.external_samples == 0 and baseline.cfg.share == "none"
+    assert baseline.cfg.local_samples == min(
+        host.cfg.local_samples + host.cfg.external_samples, host.cfg.questions_per_round
+    )
+    assert dataclasses.replace(j.cfg, name="x").group_size == host.cfg.group_size
+
+
+def test_with_mdns_students_also_find_each_other_on_the_lan(tmp_path) -> None:
+    """Where multicast works, students link to each other directly (and the host's address
+    and relay still carry them); the path shown says so."""
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=True)
+    lo = ["127.0.0.1"]
+    opts = HostOptions(
+        address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="", mdns_interfaces=lo
+    )
+    h = ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None).start()
+    joined = []
+    try:
+        for name in ("ada", "bob"):
+            local = dict(out_dir=str(tmp_path / "s"), name=name, listen="127.0.0.1:0", mdns=True)
+            j = join_class(h.code, local, identity=Identity.generate(), mdns_interfaces=lo)
+            joined.append(j)
+            fast(j.transport).start()
+        a, b = joined
+        assert a.transport.wait_for(
+            lambda: b.transport.ident.node_id in a.transport.connected(), 15
+        )
+        assert a.transport.wait_for(lambda: "the LAN" in class_path(a)[1], 15), class_path(a)
+        assert "the host's relay" in class_path(a)[1]
+    finally:
+        for j in joined:
+            j.transport.close()
+        h.close()
+
+
+def test_a_laptop_that_sleeps_rejoins_by_itself_and_its_rounds_catch_up(host, tmp_path) -> None:
+    """Its network loop frozen (as in sleep), the host drops it; awake, it redials the host's
+    address and relay by itself, and its next figures bring the round it ran offline."""
+    import threading
+
+    me = Identity.generate()
+    host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
+    j = student(host, tmp_path, "ada", me)
+    node = node_of(j.cfg, j.transport.start(), "ada", j.callback(Quiet()))
+    linked(j)
+    run_rounds_in_step([host_node, node], host, 1)
+    asleep = threading.Event()
+    j.transport._loop.call_soon_threadsafe(asleep.wait, 20)  # nothing moves on its network
+    try:
+        assert host.transport.wait_for(lambda: me.node_id not in host.transport.connected(), 10)
+        node.run_round()  # round 1, run while its links are dead: its figures go nowhere
+    finally:
+        asleep.set()  # it wakes up
+    linked(j)  # ...and is back in the class without anyone doing anything
+    run_rounds_in_step([host_node, node], host, 1)  # round 2's message repeats round 1
+    rounds = host.board.members[me.node_id].rounds
+    assert sorted(rounds) == [0, 1, 2]
+    j.transport.close()
+
+
+def test_a_class_through_another_relay_admits_on_the_hosts_own_port(tmp_path) -> None:
+    """`host --relay URL`: no relay here; the code names the host's node port, which serves the
+    admissions, and students are handed the class's relay with the key."""
+    from swarm_util import RelayThread
+
+    relay = RelayThread()
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, relay=relay.url)
+    h = ClassHost(
+        cfg,
+        HostOptions(address="127.0.0.1", web=""),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    ).start()
+    try:
+        assert h.services.relay is None and h.code.endswith(f"@127.0.0.1:{h.transport.port}")
+        j = student(h, tmp_path, "ada")
+        assert j.relay == relay.url and j.invite.relay_port == 0
+        j.transport.start()
+        assert j.transport.wait_for(lambda: f"relay:{relay.url}" in j.transport.connected(), 10)
+        linked_host = h.transport.ident.node_id
+        assert j.transport.wait_for(lambda: linked_host in j.transport.connected(), 10)
+        j.transport.close()
+    finally:
+        h.close()
+        relay.close()
+
+
+def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
+    """`host --relay nats://...`: the class's relay is a NATS server; admissions go to the
+    host's node port, and a student with no direct link reaches the host's board through the
+    class's stats subject, which only the host listens to (never counted in a shard budget)."""
+    from nats_util import NatsServer, free_ports, require_binary
+
+    from sapo_edge.swarm.stats import RoundStats
+
+    port, monitor = free_ports(2)
+    (tmp_path / "nats").mkdir()
+    server = NatsServer(require_binary(), tmp_path / "nats", "n1", port, monitor).start()
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, relay=server.url)
+    opts = HostOptions(address="127.0.0.1", web="")
+    h = ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None)
+    joined = None
+    try:
+        h.start()
+        got = []
+        h.transport.intake.stats.on_stats = lambda v: (got.append(v), h.board.on_stats(v))
+        assert h.transport.nats.want_stats  # the host hears the stats subject
+        assert h.transport.wait_for(lambda: h.transport.nats.stats_listening, 10)
+        j = joined = student(h, tmp_path, "ada")
+        assert j.relay == server.url and not j.transport.nats.want_stats  # students do not
+        j.transport.manual = []  # no direct link to the host: NATS only
+        j.transport.start()
+        assert j.transport.wait_for(lambda: j.transport.nats.up, 10), j.transport.describe()
+        j.transport.publish_stats([RoundStats(0, 0.5, 2, 2, 0, 0, {}, "ada", "m", "torch", "cpu")])
+        assert h.transport.wait_for(lambda: bool(got), 10), h.transport.counters
+        assert got[0].route.startswith("relay:nats://")
+        assert h.board.snapshot().members[-1].name == "ada"
+        assert h.transport.counters["nats_stats_in"] >= 1
+    finally:
+        if joined is not None:
+            joined.transport.close()
+        h.close()
+        server.stop()

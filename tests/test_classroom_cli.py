@@ -1,0 +1,120 @@
+"""`sapo-edge join CODE` on the command line with the tiny model against a host on loopback: a
+student trains with the class's settings (mDNS off: the code's address is all it has), its
+rounds reach the host's board, and when it leaves and joins again it continues its own run and
+keeps one row; a wrong code, a laptop too small for the class and bad host flags each end in
+one sentence with the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_sim import FAST
+
+from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.cli import build_parser, config_from_args, main
+from sapo_edge.paths import runs_dir
+from sapo_edge.runs import list_runs
+from sapo_edge.swarm.identity import Identity, load_or_create
+
+pytestmark = pytest.mark.slow
+
+
+def start_host(tmp_path: Path, *flags: str) -> ClassHost:
+    argv = ["host", "--out-dir", str(tmp_path / "class"), "--no-mdns", "--listen", "127.0.0.1:0"]
+    cfg = config_from_args(build_parser().parse_args([*argv, *flags]))
+    opts = HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="")
+    opts.train = False
+    return ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None).start()
+
+
+def test_a_student_joins_by_code_trains_and_rejoins_keeping_its_row(tiny_qwen, tmp_path, capsys):
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST, "--rounds", "50")
+    try:
+        argv = ["join", host.code, "--headless", "--model", str(tiny_qwen), "--no-mdns"]
+        argv += ["--listen", "127.0.0.1:0"]
+        assert main([*argv, "--rounds", "2"]) == 0
+        out, err = capsys.readouterr()
+        me = load_or_create()[0]  # the student's identity (this test's SAPO_EDGE_HOME)
+        assert f"joined {host.transport.name}'s class: basic_arithmetic · 2 questions x G=3" in err
+        assert "class runs smollm2-135m" in err  # its own --model, and it says so
+        assert f"train more sapo-edge join {host.code} --headless --model" in out
+
+        def rounds_here(n: int) -> bool:
+            m = host.board.members.get(me.node_id)
+            return m is not None and len(m.rounds) == n
+
+        assert host.transport.wait_for(lambda: rounds_here(2), 10), "rounds never reached the host"
+        folder = runs_dir() / f"class-{host.transport.keys.lan_id[:12]}" / me.name
+        saved = json.loads((folder / "config.json").read_text())
+        assert saved["group_size"] == 3 and saved["room"] == "class" and "secret" not in saved
+        assert host.admissions.grant.secret not in (folder / "config.json").read_text()
+
+        assert main([*argv, "--rounds", "3"]) == 0  # the laptop comes back
+        out, err = capsys.readouterr()
+        assert f"rejoining: continuing this laptop's run in {folder}" in err
+        assert "resumed from round-000002: next round 2" in out
+        assert host.transport.wait_for(lambda: rounds_here(3), 10)
+        rows = [r for r in host.board.snapshot().members if r.node_id == me.node_id]
+        assert len(rows) == 1 and [r for r, _ in host.board.snapshot().curves[me.node_id]] == [
+            1,
+            2,
+            3,
+        ]
+        metrics = (folder / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(m)["round"] for m in metrics] == [0, 1, 2]
+        (listed,) = list_runs(runs_dir())  # `sapo-edge runs`: rejoin with the code, not `run`
+        assert listed.rounds == 3 and listed.resume.startswith("sapo-edge join CODE")
+    finally:
+        host.close()
+
+
+def test_a_wrong_code_ends_in_one_sentence_and_sets_nothing_up(tmp_path, capsys) -> None:
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
+    try:
+        words, _, where = host.code.partition("@")
+        n, w1, w2 = words.split("-")
+        wrong = f"{n}-{w2}-{w1}@{where}" if w1 != w2 else f"{n}-acorn-acorn@{where}"
+        assert main(["join", wrong, "--headless"]) == 2
+        out, err = capsys.readouterr()
+        assert err.startswith("sapo-edge: error: the host refused this code: wrong code.")
+        assert "Traceback" not in err and out == ""
+        assert not runs_dir().exists() or not any(runs_dir().iterdir())
+        assert main(["join", f"{n}-{w1}-{w2}@127.0.0.1:1", "--headless"]) == 2
+        assert "cannot reach the host at 127.0.0.1:1" in capsys.readouterr().err
+    finally:
+        host.close()
+
+
+def test_a_laptop_too_small_for_the_class_says_so_before_loading(tmp_path, capsys, monkeypatch):
+    from sapo_edge import fit
+
+    host = start_host(tmp_path, "--preset", "paper")  # Qwen2.5-0.5B at the paper's settings
+    monkeypatch.setattr(fit, "system_memory", lambda: fit.Memory(4e9, 3e9, "RAM"))
+    try:
+        assert main(["join", host.code, "--headless"]) == 2
+        err = capsys.readouterr().err
+        assert "the class's settings need about" in err and "this laptop has 4.0 GB" in err
+        assert "--model smollm2-135m" in err and "Traceback" not in err
+        assert not runs_dir().exists() or not any(runs_dir().iterdir())
+    finally:
+        host.close()
+
+
+def test_bad_host_and_join_flags_end_in_one_sentence(tmp_path, capsys) -> None:
+    out = ["--out-dir", str(tmp_path / "c")]
+    assert main(["host", "--secret-file", "x", *out]) == 2
+    assert "fresh room key" in capsys.readouterr().err
+    assert main(["host", "--solo", *out]) == 2
+    assert "a class is a swarm" in capsys.readouterr().err
+    assert main(["join", "7-acorn-zinnia", "--headless"]) == 2
+    assert "no host address" in capsys.readouterr().err
+    for flags, says in [
+        (["--web", "localhost"], "HOST:PORT"),
+        (["--code-minutes", "0"], "positive"),
+        (["--address", "bad address"], "IP address or name"),
+        (["--relay-port", "70000"], "between 1 and 65535"),
+    ]:
+        assert main(["host", *flags, *out]) == 2
+        assert says in capsys.readouterr().err

@@ -1,0 +1,261 @@
+"""Members' per-round stats on the wire (the class view's input): signed and sealed like batches,
+delivered directly and through a relay, and every bad one refused and counted as stats_<reason>,
+charged to the signer when it signed it, to the route otherwise; good stats still arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from swarm_util import KEYS, RelayThread, connect, keys_of
+
+from sapo_edge.swarm.batches import seal
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.swarm.protocol import MAX_STATS_BYTES, ProtocolError, Stats, parse_message
+from sapo_edge.swarm.roomkey import new_room_key
+from sapo_edge.swarm.stats import MAX_PRODUCERS, RoundStats, StatsVerifier, make_stats
+
+OTHER = "ab" * 16
+
+
+def figures(round_: int = 1, **over) -> RoundStats:
+    base = dict(
+        round=round_,
+        reward=0.25,
+        shared=4,
+        trained_local=2,
+        trained_external=2,
+        aha=1,
+        learned={OTHER: (2, 1)},
+        name="swift-otter",
+        model="smollm2-135m",
+        backend="torch",
+        device="cpu",
+    )
+    base.update(over)
+    return RoundStats(**base)
+
+
+def stats_box(ident: Identity, stats: RoundStats | None = None, keys=None, **kw) -> bytes:
+    keys = keys or KEYS
+    return seal(keys, make_stats(ident, keys, stats or figures(), **kw)[0])
+
+
+def raw_stats(ident: Identity, stats_obj: dict, keys=None, **body_over) -> bytes:
+    """A signed stats envelope around any JSON object (to send what make_stats would refuse)."""
+    from sapo_edge.safejson import dumps_canonical
+
+    keys = keys or KEYS
+    body = dumps_canonical(
+        {
+            "v": 2,
+            "id": "cd" * 16,
+            "sender": ident.node_id,
+            "room": keys.lan_id,
+            "sent_at": time.time(),
+            "rounds": [stats_obj],
+            **body_over,
+        }
+    )
+    msg = {
+        "type": "stats",
+        "sender": ident.node_id,
+        "public_key": ident.public_key.hex(),
+        "body": body,
+        "signature": ident.sign(body.encode()).hex(),
+    }
+    return seal(keys, json.dumps(msg).encode())
+
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cf", "Cs", "Zl", "Zp")))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    round_=st.integers(0, 100_000),
+    reward=st.floats(0, 10, allow_nan=False),
+    counts=st.lists(st.integers(0, 1000), min_size=4, max_size=4),
+    learned=st.dictionaries(
+        st.text("0123456789abcdef", min_size=32, max_size=32),
+        st.tuples(st.integers(0, 50), st.integers(0, 50)).map(lambda p: (max(p), min(p))),
+        max_size=8,
+    ),
+    name=names.filter(str.isprintable).map(lambda s: s[:40]),
+)
+def test_stats_survive_the_wire_exactly(round_, reward, counts, learned, name) -> None:
+    me = Identity.generate()
+    stats = RoundStats(
+        round_,
+        reward,
+        counts[0],
+        counts[1],
+        sum(t for t, _ in learned.values()) + counts[2],
+        counts[3],
+        learned,
+        name,
+        "m",
+        "torch",
+        "cpu",
+    )
+    msg = parse_message(make_stats(me, KEYS, stats)[0])
+    assert isinstance(msg, Stats)
+    got = StatsVerifier(KEYS).verify(msg, me.node_id)
+    assert got is not None and got.rounds == (stats,) and got.sender == me.node_id
+
+
+def test_stats_travel_directly_and_through_the_relay(nodes) -> None:
+    r = RelayThread()
+    try:
+        host = nodes(relay=r.url)
+        direct = nodes(peers=[f"127.0.0.1:{host.port}"])
+        far = nodes(relay=r.url)  # reaches the host only through the relay
+        got = []
+        host.on_stats = got.append
+        assert direct.wait_for(lambda: host.ident.node_id in direct.connected(), 5)
+        for n in (host, far):
+            assert n.wait_for(lambda n=n: f"relay:{r.url}" in n.connected(), 5)
+        direct.publish_stats(figures(1, name="direct"))
+        far.publish_stats(figures(1, name="far"))
+        assert host.wait_for(lambda: host.counters["stats_delivered"] == 2, 5)
+        by = {v.sender: v for v in got}
+        assert by[direct.ident.node_id].rounds[-1].name == "direct"
+        assert by[direct.ident.node_id].route == direct.ident.node_id
+        assert by[far.ident.node_id].rounds[-1].name == "far"
+        assert by[far.ident.node_id].route == f"relay:{r.url}"
+        assert r.call(lambda: r.relay.counters["forwarded"]) == 1  # a sealed box it cannot read
+    finally:
+        r.close()
+
+
+def test_every_bad_stats_message_is_refused_counted_and_charged(nodes) -> None:
+    node = nodes(reject_threshold=1000)
+    got = []
+    node.on_stats = got.append
+    me, other = Identity.generate(), Identity.generate()
+    good = figures().to_json()
+    too_many = {f"{i:032x}": [1, 1] for i in range(MAX_PRODUCERS + 1)}
+    once = stats_box(me, figures(7))
+    other_room = keys_of("other", new_room_key())
+    forged = json.loads(parse_message_bytes(me))
+    forged["signature"] = ("00" if forged["signature"][:2] != "00" else "11") + forged["signature"][
+        2:
+    ]
+    cases = [
+        (raw_stats(me, {**good, "reward": 11.0}), "stats_bad_value"),
+        (raw_stats(me, {**good, "reward": -0.5}), "stats_bad_value"),
+        (raw_stats(me, {**good, "shared": -1}), "stats_bad_value"),
+        (raw_stats(me, {**good, "aha": True}), "stats_bad_type"),
+        (raw_stats(me, {**good, "name": "evil\x1b]52;c;aGk=\x07"}), "stats_bad_value"),
+        (raw_stats(me, {**good, "name": "x" * 41}), "stats_too_large"),
+        (raw_stats(me, {**good, "role": "teacher"}), "stats_bad_value"),
+        (raw_stats(me, {**good, "learned": {OTHER: [1, 2]}}), "stats_bad_value"),
+        (raw_stats(me, {**good, "learned": {"zz": [1, 1]}}), "stats_bad_value"),
+        (raw_stats(me, {**good, "learned": {OTHER: [9, 0]}}), "stats_bad_value"),  # > trained
+        (raw_stats(me, {**good, "trained_external": 100, "learned": too_many}), "stats_too_large"),
+        (raw_stats(me, {**good, "extra": 1}), "stats_unknown_field"),
+        (raw_stats(me, {k: v for k, v in good.items() if k != "learned"}), "stats_missing_field"),
+        (raw_stats(me, good, rounds=[]), "stats_bad_type"),
+        (raw_stats(me, good, rounds=[good] * 9), "stats_bad_type"),
+        (raw_stats(me, good, rounds=good), "stats_bad_type"),
+        (raw_stats(me, good, sent_at=time.time() - 86400), "stats_expired"),
+        (raw_stats(me, good, v=1), "stats_unknown_version"),
+        (stats_box(me, keys=other_room), "wrong_secret"),  # sealed for another room
+        (seal(KEYS, make_stats(me, other_room, figures())[0]), "stats_wrong_room"),
+        (seal(KEYS, json.dumps(forged).encode()), "stats_bad_signature"),
+        (stats_box(other), "stats_wrong_sender"),  # another member's stats on me's link
+        (once, None),
+        (once, "stats_replay"),
+    ]
+
+    async def go() -> None:
+        c = await connect(f"ws://127.0.0.1:{node.port}/ws", me)
+        try:
+            for data, reason in cases:
+                before = node.rejections(me.node_id)[reason] if reason else len(got)
+                await c.send_sealed(data)
+                if reason is None:
+                    ok = await asyncio.to_thread(node.wait_for, lambda b=before: len(got) > b, 5)
+                else:
+                    ok = await asyncio.to_thread(
+                        node.wait_for,
+                        lambda r=reason, b=before: node.rejections(me.node_id)[r] > b,
+                        5,
+                    )
+                assert ok, f"{reason} was not counted: {node.rejections(me.node_id)}"
+        finally:
+            await c.close()
+
+    asyncio.run(go())
+    assert [[r.round for r in v.rounds] for v in got] == [[7]]
+    assert node.counters["stats_delivered"] == 1
+
+
+def parse_message_bytes(ident: Identity) -> bytes:
+    return make_stats(ident, KEYS, figures(3))[0]
+
+
+def test_a_member_flooding_stats_is_rate_limited_and_its_signed_lies_are_its_own(nodes) -> None:
+    """Through a relay nobody's link proves anything: a flood of validly signed stats is charged
+    to the signer (rate_limited), junk the relay could have made is charged to the relay."""
+    r = RelayThread(messages_per_minute=1000, reject_threshold=1000)
+    try:
+        node = nodes(relay=r.url, reject_threshold=1000)
+        got = []
+        node.on_stats = got.append
+        flooder = Identity.generate()
+        assert node.wait_for(lambda: f"relay:{r.url}" in node.connected(), 5)
+
+        async def go() -> None:
+            c = await connect(r.url, flooder, KEYS, relay=True)
+            try:
+                for i in range(130):
+                    await c.send_sealed(stats_box(flooder, figures(i)))
+                await c.send_sealed(b"\x00" * 64)  # junk: does not open
+            finally:
+                await asyncio.to_thread(
+                    node.wait_for,
+                    lambda: node.rejections(f"relay:{r.url}")["wrong_secret"] == 1,
+                    5,
+                )
+                await c.close()
+
+        asyncio.run(go())
+        assert len(got) == 120  # StatsVerifier's per-minute cap
+        assert node.rejections(flooder.node_id)["stats_rate_limited"] == 10
+        assert node.rejections(f"relay:{r.url}")["stats_rate_limited"] == 0
+    finally:
+        r.close()
+
+
+def test_a_message_repeats_recent_rounds_within_the_size_limit() -> None:
+    """Each message carries the last rounds (so one sent offline still arrives), the oldest
+    left out when they do not fit; a single round over the limit is refused before signing."""
+    me = Identity.generate()
+    many = {f"{i:032x}": (1, 1) for i in range(MAX_PRODUCERS)}
+    rounds = [figures(r, trained_external=MAX_PRODUCERS, learned=many) for r in range(8)]
+    msg = parse_message(make_stats(me, KEYS, rounds)[0])
+    got = StatsVerifier(KEYS).verify(msg, me.node_id)
+    assert 1 < len(got.rounds) < 8 and got.rounds[-1].round == 7  # the newest always
+    assert [r.round for r in got.rounds] == list(range(8 - len(got.rounds), 8))
+    small = [figures(r) for r in range(10)]
+    got = StatsVerifier(KEYS).verify(parse_message(make_stats(me, KEYS, small)[0]), me.node_id)
+    assert [r.round for r in got.rounds] == list(range(2, 10))  # ROUNDS_PER_MESSAGE
+    with pytest.raises(ValueError, match="over the"):
+        make_stats(me, KEYS, RoundStats(1, 0, 0, 0, 0, 0, {}, "n", "m" * MAX_STATS_BYTES, "", ""))
+    body = '{"v":2}' + " " * MAX_STATS_BYTES
+    msg = json.dumps(
+        {
+            "type": "stats",
+            "sender": me.node_id,
+            "public_key": me.public_key.hex(),
+            "body": body,
+            "signature": "00" * 64,
+        }
+    )
+    with pytest.raises(ProtocolError) as e:
+        parse_message(msg.encode())
+    assert e.value.reason == "too_large"
