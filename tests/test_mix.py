@@ -95,7 +95,11 @@ class LearnsFromPeers(ScriptedBackend):
 
 def _adaptive_run(tmp_path, rounds: int, stop_round: int | None = None, backend=ScriptedBackend):
     cfg = make_cfg(
-        tmp_path, mix="adaptive", questions_per_round=4, local_samples=2, external_samples=2,
+        tmp_path,
+        mix="adaptive",
+        questions_per_round=4,
+        local_samples=2,
+        external_samples=2,
         checkpoint_every=1,
     )
     hub = InProcessHub()
