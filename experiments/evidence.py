@@ -101,13 +101,13 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     cfg = cell_config(args, seed, split)
     out = Path(cfg.out_dir)
     names = [f"{cfg.name}-{k}" for k in range(cfg.nodes)]
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     if split != BASE:
         run_sim(cfg)
-    sim_seconds = time.time() - t0
+    sim_seconds, sim_cpu = time.time() - t0, time.process_time() - c0
     per_node = args.heldout_per_node or heldout_per_node(cfg.nodes)
     heldout = {}
-    t1 = time.time()
+    t1, c1 = time.time(), time.process_time()
     for k, name in enumerate(names):
         target = out / f"eval-{name}.json"
         if not target.is_file():  # a cell cut short keeps the evaluations it finished
@@ -154,6 +154,10 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         },
         "sim_seconds": sim_seconds if split != BASE else 0.0,
         "eval_seconds": time.time() - t1,
+        # CPU seconds of this process (all its threads): on a busy machine wall time grows, these
+        # do not, so they are what a duration estimate for a quiet machine starts from
+        "sim_cpu_seconds": sim_cpu if split != BASE else 0.0,
+        "eval_cpu_seconds": time.process_time() - c1,
         "code": _git(["rev-parse", "--short", "HEAD"]),
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

@@ -119,6 +119,8 @@ class PrintCallback:
         h.append(r.reward_mean)
         avg = statistics.fmean(h[-5:])
         ext = ",".join(f"{k[:16]}:{v}" for k, v in sorted(r.external_from.items())) or "-"
+        if r.mix == "adaptive":
+            ext += f", J={r.external_target} chosen"
         self.print(
             f"{r.node:>8} round {r.round:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
             f" | recv {r.received} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"

@@ -150,3 +150,14 @@ def test_the_bandit_learns_to_take_peer_groups_when_they_help(tmp_path):
     chosen = [m["external_target"] for m in _lines(node)]
     assert chosen[3:].count(0) <= 1, chosen  # after trying each J once, J=0 is (nearly) dropped
     assert sum(chosen[3:]) >= 2 * 11, chosen
+
+
+def test_the_printed_round_line_names_the_chosen_j(tmp_path):
+    from sapo_edge.trainer import PrintCallback
+
+    lines: list[str] = []
+    cfg = make_cfg(tmp_path, mix="adaptive", questions_per_round=4)
+    node = make_node(cfg, "a", InProcessHub().connect("id-a"))
+    node.callback = PrintCallback(lines.append)
+    report = node.run_round()
+    assert f"(ext -, J={report.external_target} chosen)" in lines[-1]
