@@ -158,7 +158,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         # do not, so they are what a duration estimate for a quiet machine starts from
         "sim_cpu_seconds": sim_cpu if split != BASE else 0.0,
         "eval_cpu_seconds": time.process_time() - c1,
-        "code": _git(["rev-parse", "--short", "HEAD"]),
+        "code": args.code,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if split != BASE:
@@ -245,6 +245,13 @@ def git_commit(paths: list[Path], message: str) -> None:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def code_version() -> str:
+    """The commit this process runs (loaded at its start), +dirty when tracked files differ."""
+    head = _git(["rev-parse", "--short", "HEAD"])
+    dirty = _git(["status", "--porcelain", "--untracked-files=no", "--", str(HERE.parent)])
+    return head + ("+dirty" if dirty and head != "unknown" else "")
+
+
 def _git(argv: list[str], cwd: Path | None = None) -> str:
     try:
         return subprocess.run(
@@ -315,6 +322,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.code = code_version()
     cell_config(args, 0, "8/0")  # a bad config fails here, before any lane starts
     if (
         args.commit

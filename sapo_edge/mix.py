@@ -41,7 +41,7 @@ class AdaptiveMix:
 
     def __init__(self, seed: int):
         order = list(ARMS)
-        random.Random(seed).shuffle(order)  # nodes do not all try J=0 first together
+        random.Random(seed).shuffle(order)  # nodes usually try different J first
         self.order = order
         self.weight = dict.fromkeys(ARMS, 0.0)  # discounted count of plays
         self.total = dict.fromkeys(ARMS, 0.0)  # discounted sum of progress
