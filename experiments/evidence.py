@@ -289,7 +289,10 @@ def _ints(text: str) -> list[int]:
 
 
 def _names(text: str) -> list[str]:
-    return [check_split(x.strip()) for x in text.split(",") if x.strip()]
+    try:
+        return [check_split(x.strip()) for x in text.split(",") if x.strip()]
+    except SystemExit as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def parser() -> argparse.ArgumentParser:

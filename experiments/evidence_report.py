@@ -190,6 +190,7 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     target.mkdir(parents=True, exist_ok=True)
     by_split: dict[str, list[dict]] = {}
@@ -215,6 +216,7 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
         if len(curves) > 1:
             ax.fill_between(range(1, n + 1), lo, hi, alpha=0.15, color=line.get_color())
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("cumulative reward (sum over nodes)")
     ax.set_title(f"{label}: mean over seeds (band: min-max over seeds)")
     ax.legend()
@@ -237,9 +239,11 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
                     js[i] for c in by_split["adaptive"] for js in c["external_target"].values()
                 ]
                 share.append(picks.count(j) / len(picks))
-            ax.bar(range(1, rounds + 1), share, bottom=bottom, label=f"J={j}")
+            colour = f"C{j // 2}"  # the same colour for a J in every plot
+            ax.bar(range(1, rounds + 1), share, bottom=bottom, label=f"J={j}", color=colour)
             bottom = [b + s for b, s in zip(bottom, share, strict=True)]
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("share of nodes")
         ax.set_title(f"{label}: J chosen by the adaptive nodes")
         ax.legend(ncol=4, fontsize=8)
