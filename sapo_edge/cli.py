@@ -80,8 +80,14 @@ def _show_default(f: dataclasses.Field) -> str:
 
 def _fixed_values() -> dict[str, list[str]]:
     from .config import BACKENDS, DTYPES, SHARE_POLICIES
+    from .mix import MIXES
 
-    return {"backend": list(BACKENDS), "dtype": list(DTYPES), "share": list(SHARE_POLICIES)}
+    return {
+        "backend": list(BACKENDS),
+        "dtype": list(DTYPES),
+        "share": list(SHARE_POLICIES),
+        "mix": list(MIXES),
+    }
 
 
 _FIXED_VALUES = _fixed_values()

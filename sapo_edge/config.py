@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .mix import MIXES
 from .tasks import PAPER_DOMAINS
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -85,6 +86,12 @@ class Config:
     )
     max_peer_share: float = _f(
         1.0, "At most this share of a round's external samples from one peer."
+    )
+    mix: str = _f(
+        "fixed",
+        "fixed: train on I own + J peer groups every round | adaptive: each node picks J in "
+        "{0, 2, 4, 6} every round from its own reward progress (a bandit, sapo_edge/mix.py), "
+        "with I + J = local_samples + external_samples.",
     )
 
     # --- generation --------------------------------------------------------------------
@@ -263,6 +270,17 @@ class Config:
         need(
             self.local_samples <= self.questions_per_round,
             f"local_samples (I={self.local_samples}) exceeds questions_per_round ({self.questions_per_round}): a node has only that many own groups per round, so lower local_samples or raise questions_per_round.",
+        )
+        need(
+            self.mix in MIXES,
+            f"mix {self.mix!r} is unknown: use one of {', '.join(MIXES)}.",
+        )
+        need(
+            self.mix != "adaptive"
+            or self.local_samples + self.external_samples - 6 <= self.questions_per_round,
+            f"mix adaptive takes J up to 6, so I = local_samples + external_samples - J is at least "
+            f"{self.local_samples + self.external_samples - 6}, more than questions_per_round "
+            f"({self.questions_per_round}): lower local_samples or raise questions_per_round.",
         )
         need(self.share_max >= 0, "share_max must be 0 (no cap) or more.")
         need(self.freshness_rounds >= 0, "freshness_rounds must be 0 or more.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backends import load_backend, select_backend
@@ -29,6 +29,7 @@ class EvalResult:
     pass_at_1: float  # mean reward over all completions
     by_domain: dict[str, float]
     source: str  # "base model" or the checkpoint directory
+    scores: list[float] = field(default_factory=list)  # every completion's reward
 
     def table(self) -> str:
         rows = [f"{'domain':<26} {'pass@1':>7}"]
@@ -104,4 +105,5 @@ def evaluate(
         statistics.fmean(scores),
         {d: statistics.fmean(v) for d, v in by_domain.items()},
         source,
+        scores,
     )

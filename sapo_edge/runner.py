@@ -67,9 +67,15 @@ def build_nodes(
         if cfg.resume:
             node.resume()
         nodes.append(node)
+    mix = (
+        f"I + J = {cfg.local_samples + cfg.external_samples} groups per round, J chosen each round "
+        "by each node (mix adaptive)"
+        if cfg.mix == "adaptive"
+        else f"I={cfg.local_samples} local + J={cfg.external_samples} external groups per round"
+    )
     log(
-        f"model {model.model_id} ({model.source}), {backend.trainable_parameters():,} trainable LoRA parameters "
-        f"per node, {backend.dtype}; I={cfg.local_samples} local + J={cfg.external_samples} external groups per round"
+        f"model {model.model_id} ({model.source}), {backend.trainable_parameters():,} trainable "
+        f"LoRA parameters per node, {backend.dtype}; {mix}"
     )
     return nodes
 

@@ -27,6 +27,7 @@ from typing import Protocol
 from .backends.base import LOAD_TIME_SETTINGS, Backend, Completion, Sample
 from .checkpoints import find_latest, save_checkpoint
 from .config import Config, ConfigError
+from .mix import AdaptiveMix
 from .prompts import build_messages
 from .rewards import RewardConfig, score_completion
 from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
@@ -57,6 +58,10 @@ class RoundReport:
     peak_rss_mb: float
     round_seconds: float
     time: float = field(default_factory=time.time)
+    mix: str = "fixed"  # how I/J were chosen: fixed (the config's) or adaptive (sapo_edge/mix.py)
+    local_target: int = 0  # I asked for this round (local_used can be fewer: informative only)
+    external_target: int = 0  # J asked for this round
+    mix_progress: float | None = None  # adaptive: own reward progress credited to the last J
 
 
 @dataclass
@@ -82,6 +87,7 @@ RESTART_SETTINGS = LOAD_TIME_SETTINGS | {
     "node_backends",
     "domains",
     "domain_configs",
+    "mix",
 }
 
 
@@ -113,6 +119,8 @@ class PrintCallback:
         h.append(r.reward_mean)
         avg = statistics.fmean(h[-5:])
         ext = ",".join(f"{k[:16]}:{v}" for k, v in sorted(r.external_from.items())) or "-"
+        if r.mix == "adaptive":
+            ext += f", J={r.external_target} chosen"
         self.print(
             f"{r.node:>8} round {r.round:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
             f" | recv {r.received} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"
@@ -148,6 +156,7 @@ class Node:
         seed = node_seed(node_id, cfg.seed)  # each node draws its own questions
         self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
         self.rng = random.Random(seed)
+        self.mix = AdaptiveMix(seed)  # chooses J each round when cfg.mix is "adaptive"
         self.backend.reset(seed)  # LoRA weights from the node seed: two fresh runs are identical
         self.pool = ExternalPool(
             node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
@@ -176,12 +185,14 @@ class Node:
     def run_round(self) -> RoundReport:
         """One round; a RoundStopped leaves the sampler, random state and pool as they were."""
         sampler, rng = self.sampler.state_dict(), self.rng.getstate()
+        mix = self.mix.state_dict()
         self._pool_before_sampling, self._received = None, None
         try:
             return self._run_round()
         except RoundStopped:
             self.sampler.load_state_dict(sampler)
             self.rng.setstate(rng)
+            self.mix.load_state_dict(mix)
             if self._pool_before_sampling is not None:  # the groups taken are waiting again
                 self.pool.restore(self._pool_before_sampling)
             if self._received is not None:  # what arrived stays in the pool and is reported
@@ -252,12 +263,11 @@ class Node:
         # 5. training set: I own groups + J external groups, re-verified here
         received = self._received = self._received_carry + self._receive()
         self._received_carry = 0
-        local = sample_self(own, cfg.local_samples, self.rng)
+        n_local, n_external = self._mix_targets(own)
+        local = sample_self(own, n_local, self.rng)
         self._pool_before_sampling = self.pool.snapshot()
         external = (
-            self.pool.sample(cfg.external_samples, self.round, self._rescore, self.rng)
-            if cfg.external_samples
-            else []
+            self.pool.sample(n_external, self.round, self._rescore, self.rng) if n_external else []
         )
 
         # 6. one GRPO step over every completion of the chosen groups. A completion with advantage
@@ -280,6 +290,9 @@ class Node:
         report = self._report(
             own, tasks, gens, local, external, len(shared), received, gen_seconds, stats, t_round
         )
+        report.local_target, report.external_target = n_local, n_external
+        if cfg.mix == "adaptive":
+            report.mix, report.mix_progress = "adaptive", self.mix.last_progress
         with self.metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(report)) + "\n")
         self.last_groups = RoundGroups(own, external)
@@ -288,6 +301,17 @@ class Node:
         if cfg.checkpoint_every and self.round % cfg.checkpoint_every == 0:
             self.save()
         return report
+
+    def _mix_targets(self, own: list[ScoredGroup]) -> tuple[int, int]:
+        """This round's I and J: the config's, or (mix adaptive) J from the bandit, fed with the
+        mean reward of this round's own completions, and I = local + external - J."""
+        cfg = self.cfg
+        if cfg.mix != "adaptive":
+            return cfg.local_samples, cfg.external_samples
+        budget = cfg.local_samples + cfg.external_samples
+        own_reward = statistics.fmean(r for g in own for r in g.rewards)
+        j = self.mix.choose(own_reward, budget, cfg.questions_per_round)
+        return budget - j, j
 
     def _phase(self, phase: str) -> None:
         """Tell the callback a phase starts. Before each phase from generating to training, honour
@@ -436,6 +460,7 @@ class Node:
             "sampler": self.sampler.state_dict(),
             "rng": _rng_to_json(self.rng.getstate()),
             "received_carry": self._received_carry,
+            "mix": self.mix.state_dict(),
         }
         pool = json.dumps(self.pool.state_dict())
 
@@ -469,6 +494,8 @@ class Node:
         self.sampler.load_state_dict(st["sampler"])
         self.rng.setstate(_rng_from_json(st["rng"]))
         self._received_carry = int(st.get("received_carry", 0))
+        if "mix" in st:  # checkpoints of older versions have none (they ran a fixed mix)
+            self.mix.load_state_dict(st["mix"])
         if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
             try:
                 dropped = self.pool.load_state_dict(

@@ -273,11 +273,21 @@ def _metrics(node) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
 
 
-def _swarm_run(tmp_path, stop_before: int | None, rounds: int = 4, stop_round: int = 2):
+# the node's stop checks in a round: 1 before generating, 2-6 at the scripted backend's five
+# decode steps, 7 before scoring, 8 before sharing, 9 before training, 10 in the train step
+STOP_CHECKS = pytest.mark.parametrize(
+    "stop_before",
+    [1, 4, 7, 8, 9, 10],
+    ids=["generating", "decoding", "scoring", "sharing", "training", "train-step"],
+)
+
+
+def _swarm_run(tmp_path, stop_before: int | None, rounds: int = 4, stop_round: int = 2, **kw):
     """Node n trains 4 rounds beside a scripted peer that publishes every round. With
-    stop_before=k, round 2 is stopped at the k-th stop check (1 generating, 2 scoring, 3 sharing,
-    4 training), checkpointed, and a new node (a restarted process) resumes from the checkpoint."""
-    cfg = make_cfg(tmp_path, local_samples=1, external_samples=2, max_peer_share=0.5)
+    stop_before=k, round 2 is stopped at the k-th stop check (STOP_CHECKS), checkpointed, and a new node (a restarted process) resumes from the checkpoint."""
+    cfg = make_cfg(
+        tmp_path, **{"local_samples": 1, "external_samples": 2, "max_peer_share": 0.5, **kw}
+    )
     hub = InProcessHub()
     peer = make_node(make_cfg(tmp_path, questions_per_round=3), "p", hub.connect("id-p"), right=2)
     transport = hub.connect("id-n")
@@ -295,9 +305,7 @@ def _swarm_run(tmp_path, stop_before: int | None, rounds: int = 4, stop_round: i
     return node
 
 
-@pytest.mark.parametrize(
-    "stop_before", [1, 2, 3, 4], ids=["generating", "scoring", "sharing", "training"]
-)
+@STOP_CHECKS
 def test_a_run_stopped_mid_round_and_resumed_is_the_uninterrupted_run(tmp_path, stop_before):
     straight = _swarm_run(tmp_path / "straight", None)
     resumed = _swarm_run(tmp_path / "stopped", stop_before)
@@ -309,6 +317,21 @@ def test_a_run_stopped_mid_round_and_resumed_is_the_uninterrupted_run(tmp_path, 
     assert straight.pool.stats()["size"] == 8
     assert resumed.sampler.state_dict() == straight.sampler.state_dict()
     assert resumed.rng.getstate() == straight.rng.getstate()
+
+
+@STOP_CHECKS
+def test_an_adaptive_run_stopped_mid_round_and_resumed_chooses_as_the_uninterrupted_run(
+    tmp_path, stop_before
+):
+    # budget I + J = 3 of 3 own questions: J in {0, 2}; the stopped round's choice is given back
+    kw = dict(mix="adaptive", questions_per_round=3)
+    straight = _swarm_run(tmp_path / "straight", None, rounds=6, stop_round=3, **kw)
+    resumed = _swarm_run(tmp_path / "stopped", stop_before, rounds=6, stop_round=3, **kw)
+    assert resumed.mix.state_dict() == straight.mix.state_dict()
+    assert resumed.backend.weights == straight.backend.weights
+    assert _metrics(resumed) == _metrics(straight)
+    chosen = [m["external_target"] for m in _metrics(straight)]
+    assert set(chosen) == {0, 2} and all(m["mix"] == "adaptive" for m in _metrics(straight))
 
 
 def test_two_fresh_nodes_with_the_same_settings_start_from_the_same_weights(tmp_path):

@@ -303,3 +303,18 @@ def test_a_round_that_trains_nothing_shows_why_until_one_trains():
             assert not idle.display
 
     asyncio.run(drive())
+
+
+def test_an_adaptive_node_shows_the_j_it_chose():
+    from sapo_edge.tui.widgets.round_progress import RoundProgress
+
+    app = SapoDashboard(Config(mix="adaptive"), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.post_message(RoundDone(0, 0.2, None, {}, 10, 1.0, 2.0, 0.0, 1.0, 4, 3, 5, 2, 4))
+            await pilot.pause()
+            speed = str(app.query_one(RoundProgress).query_one("#speed").render())
+            assert "trained 4 own + 3 peer groups (adaptive: J=4)" in speed
+
+    asyncio.run(drive())

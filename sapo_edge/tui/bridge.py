@@ -89,6 +89,7 @@ class TuiCallback:
                 r.external_used,
                 r.received,
                 r.pool.get("size", 0),
+                r.external_target if getattr(r, "mix", "fixed") == "adaptive" else None,
             )
         )
         if node is None:

@@ -79,6 +79,7 @@ class RoundDone(Message):
     external_used: int
     received: int
     pool_size: int
+    external_target: int | None = None  # mix adaptive: the J this node chose this round
 
 
 @dataclass

@@ -18,20 +18,23 @@ def why_nothing_trained(report: Any, own: list[Any], cfg: Any) -> tuple[str, str
     """
     if report.local_used + report.external_used > 0:
         return None
-    peers = _peers_note(report, cfg)
-    if cfg.local_samples == 0:
+    # the round's own I and J (mix adaptive chooses them each round), else the settings'
+    i = getattr(report, "local_target", cfg.local_samples)
+    j = getattr(report, "external_target", cfg.external_samples)
+    peers = _peers_note(report, j)
+    if i == 0:
         return (
             f"I=0: this node trains only on peer groups, and {peers}.",
             "Raise I in the settings (c) to learn from this node's own answers.",
         )
     why, fix = _own_groups(own, cfg)
-    if cfg.external_samples > 0:
+    if j > 0:
         why += f"; {peers}"
     return why + ".", fix
 
 
-def _peers_note(report: Any, cfg: Any) -> str:
-    if cfg.external_samples == 0:
+def _peers_note(report: Any, j: int) -> str:
+    if j == 0:
         return "J=0"
     if not report.received and not report.pool.get("size", 0):
         return "no peer groups have arrived"

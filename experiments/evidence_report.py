@@ -1,0 +1,299 @@
+"""docs/results.md and the plots, rebuilt from whatever cell summaries exist.
+
+    .venv/bin/python experiments/evidence_report.py        # or: evidence.py --report-only
+
+Reads docs/evidence/<label>/*.json (written by experiments/evidence.py, one per finished seed x
+split) and writes the generated part of docs/results.md: per split the mean over seeds of the
+swarm's cumulative reward with a 95% t-interval, the paired per-seed differences (4/4 - 8/0 and
+the adaptive split against both), the 4/4 : 8/0 ratio, held-out pass@1 with its standard error,
+and a reading derived from those numbers alone. Everything after the NOTES marker in
+docs/results.md is written by hand and kept.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from stats import Interval, interval, paired  # noqa: E402
+
+NOTES = (
+    "<!-- notes: written by hand, kept when experiments/evidence_report.py rebuilds this file -->"
+)
+ORDER = ("8/0", "6/2", "4/4", "2/6", "adaptive")
+COMPARISONS = (("4/4", "8/0"), ("adaptive", "8/0"), ("adaptive", "4/4"))
+
+
+def load_summaries(docs: Path) -> tuple[dict[str, list[dict]], list[str]]:
+    """{label: [summary, ...]} and the files that could not be read (named, then skipped)."""
+    found: dict[str, list[dict]] = {}
+    bad: list[str] = []
+    for path in sorted((docs / "evidence").glob("*/*.json")):
+        try:
+            s = json.loads(path.read_text(encoding="utf-8"))
+            s["split"], s["heldout"]["pass_at_1"]  # noqa: B018 - the keys every summary has
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            bad.append(f"{path}: {type(e).__name__} {e}")
+            continue
+        found.setdefault(path.parent.name, []).append(s)
+    return found, bad
+
+
+def analyse(cells: list[dict]) -> dict:
+    base = next((c for c in cells if c["split"] == "base"), None)
+    splits: dict[str, dict] = {}
+    for c in cells:
+        if c["split"] != "base":
+            splits.setdefault(c["split"], {})[c["seed"]] = c
+    order = [s for s in ORDER if s in splits] + sorted(s for s in splits if s not in ORDER)
+    per_split = {}
+    for split in order:
+        by_seed = splits[split]
+        per_split[split] = {
+            "seeds": sorted(by_seed),
+            "total": {s: c["total"] for s, c in by_seed.items()},
+            "total_interval": interval([c["total"] for c in by_seed.values()]),
+            "heldout_interval": interval([c["heldout"]["pass_at_1"] for c in by_seed.values()]),
+            "heldout_se_max": max((c["heldout"]["se"] or 0.0) for c in by_seed.values()),
+            "completions": min(c["heldout"]["completions"] for c in by_seed.values()),
+            "rounds": min(c["rounds_done"] for c in by_seed.values()),
+            "nodes": min(len(c["cumulative"]) for c in by_seed.values()),
+        }
+    comparisons = {}
+    for a, b in COMPARISONS:
+        if a in per_split and b in per_split:
+            diffs, iv = paired(per_split[a]["total"], per_split[b]["total"])
+            ta, tb = per_split[a]["total"], per_split[b]["total"]
+            ratios = {s: ta[s] / tb[s] for s in diffs if tb[s] > 0}
+            comparisons[(a, b)] = {
+                "diffs": diffs,
+                "interval": iv,
+                "ratios": ratios,
+                "ratio_interval": interval(list(ratios.values())) if ratios else None,
+            }
+    adaptive_j = {}
+    for c in splits.get("adaptive", {}).values():
+        for js in c["external_target"].values():
+            for j in js:
+                adaptive_j[j] = adaptive_j.get(j, 0) + 1
+    return {
+        "base": base,
+        "splits": per_split,
+        "comparisons": comparisons,
+        "adaptive_j": dict(sorted(adaptive_j.items())),
+    }
+
+
+def _iv(iv: Interval | None, digits: int = 2) -> str:
+    return "-" if iv is None else iv.text(digits)
+
+
+def reading(a: dict) -> list[str]:
+    """Sentences that follow from the numbers alone (no judgement written in advance)."""
+    out = []
+    for (x, y), c in a["comparisons"].items():
+        iv, n = c["interval"], len(c["diffs"])
+        if iv is None:
+            continue
+        if iv.low is None:
+            out.append(f"{x} - {y}: one paired seed ({iv.mean:+.2f}); no interval yet.")
+        elif iv.excludes(0):
+            side = "more" if iv.mean > 0 else "less"
+            out.append(
+                f"{x} earned {side} cumulative reward than {y}: paired difference over {n} "
+                f"seeds {iv.text()}, a 95% interval that excludes 0."
+            )
+        else:
+            out.append(
+                f"{x} - {y} over {n} seeds: {iv.text()}; the interval includes 0, so these seeds "
+                "do not show a difference."
+            )
+    c = a["comparisons"].get(("4/4", "8/0"))
+    if c and c["ratio_interval"] is not None:
+        r = c["ratio_interval"]
+        goal = r.low is not None and r.mean >= 1.5 and r.excludes(1.0)
+        out.append(
+            f"4/4 : 8/0 cumulative reward ratio {r.text()}: the goal (>= 1.5x with the interval "
+            f"excluding 1x) is {'met' if goal else 'not met'}."
+        )
+    s = a["splits"]
+    if "adaptive" in s:
+        fixed = {k: v["total_interval"].mean for k, v in s.items() if k != "adaptive"}
+        if fixed:
+            best = max(fixed, key=fixed.get)
+            ad = s["adaptive"]["total_interval"].mean
+            out.append(
+                f"adaptive's mean cumulative reward {ad:.2f} vs the best fixed split's ({best}) "
+                f"{fixed[best]:.2f}: {'at or above' if ad >= fixed[best] else 'below'} it "
+                "(means over the seeds each ran; see the paired rows for the interval)."
+            )
+    return out
+
+
+def render(label: str, a: dict) -> str:
+    lines = [f"## Experiment `{label}`", ""]
+    any_split = next(iter(a["splits"].values()), None)
+    if any_split:
+        lines.append(
+            f"{any_split['nodes']} nodes, {any_split['rounds']} rounds. Cumulative reward = the "
+            "swarm's total: the sum over nodes and rounds of each node's mean training reward."
+        )
+        lines.append("")
+    lines += [
+        "| split | seeds | cumulative reward, mean [95% CI] | held-out pass@1, mean [95% CI] | "
+        "max SE per seed | completions per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for split, v in a["splits"].items():
+        lines.append(
+            f"| {split} | {','.join(map(str, v['seeds']))} | {_iv(v['total_interval'])} | "
+            f"{_iv(v['heldout_interval'], 3)} | {v['heldout_se_max']:.4f} | {v['completions']} |"
+        )
+    if a["base"]:
+        h = a["base"]["heldout"]
+        lines += [
+            "",
+            f"Base model, held-out pass@1: {h['pass_at_1']:.3f} (SE {h['se']:.4f}, "
+            f"{h['completions']} completions).",
+        ]
+    if a["comparisons"]:
+        lines += ["", "Paired by seed (same questions and sampling seeds in both splits):", ""]
+        lines += [
+            "| comparison | per seed | mean [95% CI] | ratio per seed | ratio mean [95% CI] |"
+        ]
+        lines += ["|---|---|---|---|---|"]
+        for (x, y), c in a["comparisons"].items():
+            per = ", ".join(f"{s}: {d:+.2f}" for s, d in c["diffs"].items())
+            rat = ", ".join(f"{s}: {r:.3f}" for s, r in c["ratios"].items())
+            lines.append(
+                f"| {x} - {y} | {per} | {_iv(c['interval'])} | {rat} | "
+                f"{_iv(c['ratio_interval'], 3)} |"
+            )
+    if a["adaptive_j"]:
+        total = sum(a["adaptive_j"].values())
+        shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in a["adaptive_j"].items())
+        lines += ["", f"Adaptive: J chosen over all node-rounds: {shares}."]
+    text = reading(a)
+    if text:
+        lines += ["", "What these numbers say (generated from them):", ""]
+        lines += [f"- {t}" for t in text]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    target.mkdir(parents=True, exist_ok=True)
+    by_split: dict[str, list[dict]] = {}
+    for c in cells:
+        if c["split"] != "base":
+            by_split.setdefault(c["split"], []).append(c)
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for split in [s for s in ORDER if s in by_split]:
+        curves = []
+        for c in by_split[split]:
+            per_round = [sum(r[i] for r in c["rewards"].values()) for i in range(c["rounds_done"])]
+            run, acc = [], 0.0
+            for x in per_round:
+                acc += x
+                run.append(acc)
+            curves.append(run)
+        n = min(len(cv) for cv in curves)
+        mean = [sum(cv[i] for cv in curves) / len(curves) for i in range(n)]
+        lo = [min(cv[i] for cv in curves) for i in range(n)]
+        hi = [max(cv[i] for cv in curves) for i in range(n)]
+        (line,) = ax.plot(range(1, n + 1), mean, label=f"{split} ({len(curves)} seed(s))")
+        if len(curves) > 1:
+            ax.fill_between(range(1, n + 1), lo, hi, alpha=0.15, color=line.get_color())
+    ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("cumulative reward (sum over nodes)")
+    ax.set_title(f"{label}: mean over seeds (band: min-max over seeds)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    paths.append(target / "cumulative_reward.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    if "adaptive" in by_split:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        rounds = min(c["rounds_done"] for c in by_split["adaptive"])
+        arms = sorted(
+            {j for c in by_split["adaptive"] for js in c["external_target"].values() for j in js}
+        )
+        bottom = [0.0] * rounds
+        for j in arms:
+            share = []
+            for i in range(rounds):
+                picks = [
+                    js[i] for c in by_split["adaptive"] for js in c["external_target"].values()
+                ]
+                share.append(picks.count(j) / len(picks))
+            colour = f"C{j // 2}"  # the same colour for a J in every plot
+            ax.bar(range(1, rounds + 1), share, bottom=bottom, label=f"J={j}", color=colour)
+            bottom = [b + s for b, s in zip(bottom, share, strict=True)]
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("share of nodes")
+        ax.set_title(f"{label}: J chosen by the adaptive nodes")
+        ax.legend(ncol=4, fontsize=8)
+        fig.tight_layout()
+        paths.append(target / "adaptive_j.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+HEADER = """# Evidence v2: does sharing help? (seeds, intervals, adaptive I/J)
+
+Generated by `experiments/evidence_report.py` from the cell summaries in `docs/evidence/`
+(one JSON + table per finished seed x split, written by `experiments/evidence.py`).
+"""
+
+
+def write_results(docs: Path) -> Path:
+    found, bad = load_summaries(docs)
+    parts = [HEADER]
+    if not found:
+        parts.append(
+            "**No summaries yet: the experiment has not been run.** The command, the plan and "
+            "its estimated duration are in the notes below.\n"
+        )
+    for label, cells in sorted(found.items()):
+        a = analyse(cells)
+        parts.append(render(label, a))
+        if a["splits"]:
+            for p in plots(label, cells, docs / "evidence" / label):
+                parts.append(f"![{p.stem}](evidence/{label}/{p.name})\n")
+    if bad:
+        parts.append("Summaries that could not be read (left out):\n")
+        parts += [f"- `{b}`" for b in bad]
+        parts.append("")
+    path = docs / "results.md"
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    notes = old[old.index(NOTES) :] if NOTES in old else NOTES + "\n"
+    path.write_text("\n".join(parts).rstrip() + "\n\n" + notes, encoding="utf-8")
+    return path
+
+
+def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=Path, default=Path("docs"))
+    print(f"wrote {write_results(ap.parse_args().docs)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

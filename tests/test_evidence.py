@@ -1,0 +1,186 @@
+"""Evidence v2 (experiments/evidence.py, evidence_report.py, stats.py): the statistics by hand,
+the report from hand-made summaries, and the pipeline end to end on the tiny model: every cell
+summarised, finished cells skipped on a re-run, each summary committed."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import evidence  # noqa: E402
+import evidence_report  # noqa: E402
+from stats import interval, paired, samples_for_se, standard_error, t_critical  # noqa: E402
+
+
+def test_t_table_and_a_conservative_row_between_entries():
+    assert t_critical(1) == 12.706 and t_critical(2) == 4.303 and t_critical(3) == 3.182
+    assert t_critical(35) == t_critical(30) == 2.042  # df 35: the df 30 row, a wider interval
+    assert t_critical(10**6) == 1.960
+    with pytest.raises(ValueError, match="at least 2 values"):
+        t_critical(0)
+
+
+def test_t_table_matches_scipy_where_it_is_installed():
+    st = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 4, 5, 10, 20, 30, 60, 120):
+        assert t_critical(df) == pytest.approx(st.t.ppf(0.975, df), abs=6e-4)
+
+
+def test_interval_by_hand():
+    # [1, 2, 3, 4]: mean 2.5, sd sqrt(5/3) = 1.290994, se 0.645497, t(3) 3.182 -> +- 2.053972
+    iv = interval([1.0, 2.0, 3.0, 4.0])
+    assert iv.mean == 2.5 and iv.sd == pytest.approx(1.290994, abs=1e-6)
+    assert (iv.low, iv.high) == (
+        pytest.approx(0.446028, abs=1e-6),
+        pytest.approx(4.553972, abs=1e-6),
+    )
+    assert iv.text() == "2.50 [0.45, 4.55]" and not iv.excludes(1.0) and iv.excludes(5.0)
+    one = interval([3.0])
+    assert one.low is None and one.text() == "3.00 (one seed: no interval)" and not one.excludes(0)
+    diffs, d = paired({0: 12.0, 1: 14.0, 2: 13.0, 3: 9.0}, {0: 10.0, 1: 11.0, 2: 12.0})
+    assert diffs == {0: 2.0, 1: 3.0, 2: 1.0}  # seed 3 has no partner
+    # mean 2, sd 1, t(2) 4.303 / sqrt(3) = 2.484339
+    assert d.text() == "2.00 [-0.48, 4.48]"
+
+
+def test_samples_for_a_standard_error_below_0_015():
+    # a reward in [0, 1] has variance <= 1/4: n > 0.25 / 0.015^2 = 1111.1
+    assert samples_for_se(0.015) == 1112 and math.sqrt(0.25 / 1112) < 0.015 <= math.sqrt(
+        0.25 / 1111
+    )
+    assert evidence.heldout_per_node(4) == 278  # 4 nodes x 278 = 1112 completions per cell
+    assert standard_error([0.0, 1.0, 0.0, 1.0]) == pytest.approx(math.sqrt(1 / 3) / 2)
+
+
+def test_the_plan_runs_base_then_seed_by_seed():
+    assert evidence.plan([0, 1], ["8/0", "4/4"], ["2/6"]) == [
+        (None, "base"),
+        (0, "8/0"),
+        (0, "4/4"),
+        (0, "2/6"),
+        (1, "8/0"),
+        (1, "4/4"),
+    ]
+    with pytest.raises(SystemExit, match="write I/J"):
+        evidence.check_split("4-4")
+
+
+def _cell(split, seed, total, pass_at_1=0.3, js=(4, 4)):
+    half = total / 2
+    return {
+        "label": "t",
+        "seed": seed,
+        "split": split,
+        "heldout": {"pass_at_1": pass_at_1, "se": 0.01, "completions": 1112, "per_node": {}},
+        "rewards": {"n-0": [half / 2, half / 2], "n-1": [half / 2, half / 2]},
+        "cumulative": {"n-0": half, "n-1": half},
+        "total": total,
+        "rounds_done": 2,
+        "external_target": {"n-0": list(js), "n-1": list(js)},
+    }
+
+
+def test_report_from_hand_made_summaries(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    cells = [_cell("8/0", s, t) for s, t in ((0, 10.0), (1, 11.0), (2, 12.0))]
+    cells += [_cell("4/4", s, t) for s, t in ((0, 12.0), (1, 14.0), (2, 13.0))]
+    cells += [_cell("adaptive", 0, 9.0, js=(0, 6))]
+    for c in cells:
+        name = f"seed-{c['seed']}-{c['split'].replace('/', '-')}.json"
+        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    (docs / "evidence" / "t" / "seed-9-x.json").write_text("{not json")
+    (docs / "results.md").write_text("old text\n" + evidence_report.NOTES + "\nmy notes\n")
+    text = evidence_report.write_results(docs).read_text()
+    # 8/0: mean 11, sd 1 -> 11 +- 4.303 / sqrt(3) = 2.484
+    assert "| 8/0 | 0,1,2 | 11.00 [8.52, 13.48] |" in text
+    assert "| 4/4 - 8/0 | 0: +2.00, 1: +3.00, 2: +1.00 | 2.00 [-0.48, 4.48] |" in text
+    # ratios 1.2, 1.272727, 1.083333: mean 1.185354
+    assert "0: 1.200, 1: 1.273, 2: 1.083 | 1.185 [" in text
+    assert "the interval includes 0, so these seeds do not show a difference" in text
+    assert "the goal (>= 1.5x with the interval excluding 1x) is not met" in text
+    assert "adaptive - 8/0: one paired seed (-1.00); no interval yet." in text
+    assert "J chosen over all node-rounds: J=0: 50%, J=6: 50%" in text
+    assert "below it" in text  # adaptive 9.0 vs 4/4's 13.0
+    assert "seed-9-x.json" in text and "could not be read" in text
+    assert text.endswith(evidence_report.NOTES + "\nmy notes\n") and "old text" not in text
+    assert (docs / "evidence/t/cumulative_reward.png").stat().st_size > 1000
+    assert (docs / "evidence/t/adaptive_j.png").stat().st_size > 1000
+
+
+def test_no_summaries_says_not_run(tmp_path):
+    text = evidence_report.write_results(tmp_path).read_text()
+    assert "has not been run" in text and "| split |" not in text
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
+    tiny_qwen, tmp_path
+):
+    cfg = (ROOT / "experiments/sweep.toml").read_text()
+    cfg = cfg.replace('model = "smollm2-135m"', f'model = "{tiny_qwen}"')
+    for key, value in (("rounds", 2), ("max_new_tokens", 6), ("nodes", 2)):
+        cfg = "\n".join(
+            f"{key} = {value}" if ln.startswith(f"{key} =") else ln for ln in cfg.splitlines()
+        )
+    (tmp_path / "tiny.toml").write_text(cfg)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    for k, v in (("user.email", "t@t"), ("user.name", "t")):
+        subprocess.run(["git", "-C", str(tmp_path), "config", k, v], check=True)
+    argv = [
+        "--config",
+        str(tmp_path / "tiny.toml"),
+        "--out",
+        str(tmp_path / "runs"),
+        "--docs",
+        str(tmp_path / "docs"),
+        "--seeds",
+        "0,1",
+        "--splits",
+        "8/0,4/4,adaptive",
+        "--single-seed-splits",
+        "",
+        "--heldout-per-node",
+        "2",
+        "--lanes",
+        "1",
+        "--commit",
+    ]
+    assert evidence.main(argv) == 0
+    done = sorted(p.name for p in (tmp_path / "docs/evidence/main").glob("*.json"))
+    assert done == sorted(
+        ["base.json"] + [f"seed-{s}-{x}.json" for s in (0, 1) for x in ("8-0", "4-4", "adaptive")]
+    )
+    log = subprocess.run(
+        ["git", "-C", str(tmp_path), "log", "--format=%s"], capture_output=True, text=True
+    ).stdout.splitlines()
+    assert len(log) == 7 and "evidence main: seed-1-adaptive finished" in log
+    ad = json.loads((tmp_path / "docs/evidence/main/seed-0-adaptive.json").read_text())
+    assert ad["config"]["mix"] == "adaptive" and ad["rounds_done"] == 2
+    assert all(j in (0, 2, 4, 6) for js in ad["external_target"].values() for j in js)
+    assert ad["heldout"]["completions"] == 4 and ad["code"]
+    text = (tmp_path / "docs/results.md").read_text()
+    assert "| 8/0 | 0,1 |" in text and "| adaptive | 0,1 |" in text and "| 4/4 - 8/0 |" in text
+    node_cfg = json.loads((tmp_path / "runs/main/seed-1/4-4/sweep-0/config.json").read_text())
+    assert (node_cfg["seed"], node_cfg["local_samples"], node_cfg["external_samples"]) == (1, 4, 4)
+    # a re-run skips every finished cell; a removed summary is made again from the kept run
+    kept = (tmp_path / "docs/evidence/main/seed-0-8-0.json").read_text()
+    first = json.loads((tmp_path / "docs/evidence/main/seed-1-4-4.json").read_text())
+    metrics = tmp_path / "runs/main/seed-1/4-4/sweep-1/metrics.jsonl"
+    trained = metrics.read_text()
+    (tmp_path / "docs/evidence/main/seed-1-4-4.json").unlink()
+    assert evidence.main(argv) == 0
+    assert (tmp_path / "docs/evidence/main/seed-0-8-0.json").read_text() == kept
+    again = json.loads((tmp_path / "docs/evidence/main/seed-1-4-4.json").read_text())
+    assert metrics.read_text() == trained  # resumed at its end: no round trained again
+    assert again["rewards"] == first["rewards"] and again["heldout"] == first["heldout"]
+    log = subprocess.run(
+        ["git", "-C", str(tmp_path), "log", "--format=%s"], capture_output=True, text=True
+    ).stdout.splitlines()
+    assert len(log) == 8 and log[0] == "evidence main: seed-1-4-4 finished"
