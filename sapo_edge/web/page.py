@@ -110,7 +110,7 @@ def make_app(
         shown = json.dumps(code() if visible(request) else None)
         text = await current()
         return web.Response(
-            text=f"{text}, \"code\": {shown}}}" if len(text) > 1 else f'{{"code": {shown}}}',
+            text=f'{text}, "code": {shown}}}' if len(text) > 1 else f'{{"code": {shown}}}',
             content_type="application/json",
         )
 
