@@ -37,3 +37,25 @@ def test_members_are_capped_and_a_refusing_disk_does_not_stop_the_view(tmp_path)
     assert not board.record(C, stats(0, "cy"))
     assert board.dropped == {"board_full": 1, "unsaved": 2}
     assert [m.name for m in board.snapshot().members] == ["ada", "bob"]
+
+
+def test_a_member_flooding_rounds_is_bounded_in_memory_and_on_disk(tmp_path) -> None:
+    """Identities are free to anyone in the room: a member (or many) sending endless new round
+    numbers and new figures for old ones keeps a bounded share of the board and of class.jsonl,
+    and honest members keep their rows and rounds."""
+    path = tmp_path / "class.jsonl"
+    board = ClassBoard(path)
+    board.max_rounds, board.max_total_rounds = 10, 15  # the defaults, scaled down
+    for r in range(3):
+        board.record(A, stats(r, "ada"))
+    for hostile in (B, C):
+        for r in range(200):
+            board.record(hostile, stats(r, "spam", reward=0.1))
+            board.record(hostile, stats(r, "spam", reward=0.2))  # the same round, new figures
+    rows = {m.node_id: m for m in board.snapshot().members}
+    assert rows[A].rewards == [0.5, 0.5, 0.5]
+    assert rows[B].rounds <= 6 and rows[C].rounds <= 6  # the largest rows gave up their oldest
+    assert sum(len(m.rounds) for m in board.members.values()) == board.total_rounds <= 15
+    lines = path.read_text().splitlines()
+    assert len(lines) <= 3 + 2 * 2 * 10
+    assert board.dropped["member_over_records"] == 2 * 400 - 2 * 2 * 10

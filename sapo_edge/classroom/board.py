@@ -23,6 +23,12 @@ from ..textsafe import clean
 
 CLASS_FILE = "class.jsonl"
 RECENT = 5  # "reward, last 5 rounds"
+# Bounds on what members' claims may cost the host (a round with 64 producers is ~16 KB in
+# memory, ~4 KB in class.jsonl; identities are free to anyone in the room):
+MAX_ROUNDS = 2_000  # rounds kept per member (the newest)
+MAX_TOTAL_ROUNDS = 20_000  # rounds kept for the whole class (the largest rows give up theirs)
+REPORTS_PER_ROUND = 2  # records per member: its rounds kept, twice over (a resumed run redoes a
+# few rounds); past that its figures are refused and counted (an honest member never gets there)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class _Member:
     latest: RoundStats
     rounds: dict[int, RoundStats] = field(default_factory=dict)
     last_seen: float = 0.0
+    records: int = 0  # figures recorded (new rounds and reports of a round again)
 
 
 class ClassBoard:
@@ -90,11 +97,14 @@ class ClassBoard:
         host_id: str = "",
         received: Callable[[], dict[str, int]] | None = None,
         max_members: int = 256,
-        max_rounds: int = 10_000,
+        max_rounds: int = MAX_ROUNDS,
+        max_total_rounds: int = MAX_TOTAL_ROUNDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path, self.host_id, self.received = path, host_id, received
         self.max_members, self.max_rounds, self.clock = max_members, max_rounds, clock
+        self.max_total_rounds = max_total_rounds
+        self.total_rounds = 0  # rounds kept, all members together
         self.members: dict[str, _Member] = {}
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
@@ -112,10 +122,20 @@ class ClassBoard:
                     self.dropped["board_full"] += 1
                     return False
                 m = self.members[sender] = _Member(sender, stats)
+            if m.records >= REPORTS_PER_ROUND * self.max_rounds:
+                self.dropped["member_over_records"] += 1
+                return False
+            m.records += 1
             m.latest, m.last_seen = stats, max(m.last_seen, at)
+            self.total_rounds += stats.round not in m.rounds
             m.rounds[stats.round] = stats
             while len(m.rounds) > self.max_rounds:
-                del m.rounds[min(m.rounds)]
+                self._forget_oldest(m)
+            while self.total_rounds > self.max_total_rounds:
+                largest = max(self.members.values(), key=lambda x: len(x.rounds))
+                if len(largest.rounds) <= 1:
+                    break  # every row keeps its newest round
+                self._forget_oldest(largest)
             if self.path is not None:
                 line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()})
                 try:
@@ -126,6 +146,10 @@ class ClassBoard:
         if self.on_change is not None:
             self.on_change()
         return True
+
+    def _forget_oldest(self, m: _Member) -> None:
+        del m.rounds[min(m.rounds)]
+        self.total_rounds -= 1
 
     def on_stats(self, verified: Any) -> None:
         """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
