@@ -59,3 +59,30 @@ def test_a_member_flooding_rounds_is_bounded_in_memory_and_on_disk(tmp_path) -> 
     lines = path.read_text().splitlines()
     assert len(lines) <= 3 + 2 * 2 * 10
     assert board.dropped["member_over_records"] == 2 * 400 - 2 * 2 * 10
+
+
+def test_a_headless_host_reads_the_board_once_a_second_however_fast_members_report() -> None:
+    """The board's on_change runs on the host's network loop for every record: a flood of
+    records must not become a flood of snapshots there (each one walks the whole class)."""
+    import time
+
+    from sapo_edge.classroom.commands import RoundLines
+
+    board, said, looks = ClassBoard(None), [], []
+    take = board.snapshot
+
+    def counted():
+        looks.append(1)
+        return take()
+
+    board.snapshot = counted
+    lines = RoundLines(board, said.append, every=0.5).start()
+    try:
+        for r in range(300):
+            board.record(B, stats(r, "spam"))
+        board.record(A, stats(0, "ada"))
+        time.sleep(0.2)
+    finally:
+        lines.stop()
+    assert len(looks) <= 3
+    assert any("ada round 1" in s for s in said) and any("spam round 300" in s for s in said)

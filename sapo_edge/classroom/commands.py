@@ -104,21 +104,7 @@ def run_host_headless(host: Any) -> int:
     from ..trainer import PrintCallback
 
     _print_code(host)
-    board, names = host.board, {}
-
-    def on_change() -> None:
-        snap = board.snapshot()
-        for m in snap.members:
-            if names.get(m.node_id) != (m.rounds, m.last_round):
-                names[m.node_id] = (m.rounds, m.last_round)
-                reward = "-" if m.recent_reward is None else f"{m.recent_reward:.3f}"
-                _say(
-                    f"class: {clean(m.name, 24)} round {m.last_round + 1} · reward (last 5) "
-                    f"{reward} · used by others {m.used_by_others} · Aha {m.aha} · "
-                    f"{len(snap.members)} members"
-                )
-
-    board.on_change = on_change
+    lines = RoundLines(host.board, _say).start()
     control, ended = RunControl(), threading.Event()
 
     def on_signal(name: str) -> None:
@@ -137,9 +123,55 @@ def run_host_headless(host: Any) -> int:
             ended.wait()
         except KeyboardInterrupt:
             pass
-    board.on_change = None
+    lines.stop()
     end_of_class(host.out_dir, _say, host.received_counts())
     return exit_code(received[0]) if received else 0
+
+
+class RoundLines:
+    """One line per member's new round, for a host without a terminal UI. The board calls
+    on_change on the network loop for every record, so that only raises a flag: the board is
+    read on a thread of its own, at most once every `every` seconds, however fast members report.
+    """
+
+    def __init__(self, board: Any, say: Any, every: float = 1.0) -> None:
+        self.board, self.say, self.every = board, say, every
+        self.shown: dict[str, tuple[int, int]] = {}
+        self._dirty, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="class-lines", daemon=True)
+
+    def start(self) -> RoundLines:
+        self.board.on_change = self._dirty.set
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.board.on_change = None
+        self._stop.set()
+        self._dirty.set()
+        self._thread.join(5.0)
+        self.show_new()  # what came in since the last look
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            self.show_new()
+            self._stop.wait(self.every)
+
+    def show_new(self) -> None:
+        snap = self.board.snapshot()
+        for m in snap.members:
+            if self.shown.get(m.node_id) != (m.rounds, m.last_round):
+                self.shown[m.node_id] = (m.rounds, m.last_round)
+                reward = "-" if m.recent_reward is None else f"{m.recent_reward:.3f}"
+                self.say(
+                    f"class: {clean(m.name, 24)} round {m.last_round + 1} · reward (last 5) "
+                    f"{reward} · used by others {m.used_by_others} · Aha {m.aha} · "
+                    f"{len(snap.members)} members"
+                )
 
 
 def _print_code(host: Any) -> None:
