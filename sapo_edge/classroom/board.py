@@ -165,7 +165,7 @@ class ClassBoard:
     def load(cls, path: Path, host_id: str = "") -> ClassBoard:
         """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted."""
         board = cls(None, host_id=host_id)
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:  # a torn byte: its line only
             for line in f:
                 try:
                     obj = json.loads(line)
