@@ -191,3 +191,51 @@ def runs_table(runs: list[RunInfo]) -> str:
             f"last reward {reward}  {ckpt}\n  resume: {r.resume}"
         )
     return "\n".join(lines)
+
+
+RUNNING_FILE = "running.pid"
+
+
+def hold_run(node_dir: Path) -> None:
+    """Mark `node_dir` as this process's until it exits; ConfigError when another process that
+    is still alive holds it (two windows training one folder would mix their checkpoints and,
+    under one identity, their place in the room). A holder that died leaves a stale mark."""
+    import atexit
+
+    from .checkpoints import _pid_alive
+
+    node_dir.mkdir(parents=True, exist_ok=True)
+    path = node_dir / RUNNING_FILE
+    mine = str(os.getpid())
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                held = path.read_text(encoding="utf-8").strip()
+            except OSError:
+                held = ""
+            if held.isdigit() and held != mine and _pid_alive(int(held)):
+                raise ConfigError(
+                    f"{node_dir} is in use by another sapo-edge (process {held}), probably in "
+                    "another window: use that one, or stop it (q or Ctrl-C) and run this again "
+                    f"(if no sapo-edge is running, delete {path})."
+                ) from None
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(mine)
+        atexit.register(_let_go, path, mine)
+        return
+    raise ConfigError(f"{node_dir}: another sapo-edge is starting in it; run this again.")
+
+
+def _let_go(path: Path, mine: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8").strip() == mine:
+            path.unlink()
+    except OSError:
+        pass

@@ -118,3 +118,33 @@ def test_bad_host_and_join_flags_end_in_one_sentence(tmp_path, capsys) -> None:
     ]:
         assert main(["host", *flags, *out]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_joining_again_from_a_second_window_is_refused_while_the_first_runs(
+    tiny_qwen, tmp_path, capsys
+) -> None:
+    """A student who opens a second terminal and joins again (the first seemed stuck) must not
+    train a second process into the same folder under the same identity."""
+    import subprocess
+    import sys
+
+    from sapo_edge.runs import RUNNING_FILE
+
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    node_dir = tmp_path / "student" / "ada"
+    try:
+        node_dir.mkdir(parents=True)
+        (node_dir / RUNNING_FILE).write_text(str(first.pid))  # the first window's mark
+        argv = ["join", host.code, "--headless", "--out-dir", str(tmp_path / "student")]
+        argv += ["--model", str(tiny_qwen), "--name", "ada", "--rounds", "0"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another sapo-edge (process {first.pid})" in err
+        assert "Traceback" not in err and not (node_dir / "metrics.jsonl").exists()
+        first.kill()
+        first.wait()
+        assert main(argv) == 0  # a dead holder's mark is stale
+    finally:
+        first.kill()
+        host.close()

@@ -155,8 +155,9 @@ def join_class(
         from ..paths import runs_dir
 
         cfg = dataclasses.replace(cfg, out_dir=str(runs_dir() / f"class-{keys.lan_id[:12]}"))
-    from ..runs import is_used
+    from ..runs import hold_run, is_used
 
+    hold_run(Path(cfg.out_dir) / name)  # the same laptop joining twice (a second window)
     if is_used(Path(cfg.out_dir) / name) and not cfg.resume:
         cfg = dataclasses.replace(cfg, resume=True)
         notes.append(f"rejoining: continuing this laptop's run in {Path(cfg.out_dir) / name}")
