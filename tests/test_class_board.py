@@ -86,3 +86,14 @@ def test_a_headless_host_reads_the_board_once_a_second_however_fast_members_repo
         lines.stop()
     assert len(looks) <= 3
     assert any("ada round 1" in s for s in said) and any("spam round 300" in s for s in said)
+
+
+def test_a_member_cannot_name_itself_into_the_hosts_row() -> None:
+    """The views mark the host's row "(host)" and a baseline's "(baseline)": a member's claimed
+    name loses those marks, so 'Ms Smith (host)' cannot pass for the teacher."""
+    board = ClassBoard(None, host_id=A)
+    board.record(A, stats(0, "Ms Smith"))
+    board.record(B, stats(0, "Ms Smith (host)"))
+    board.record(C, stats(0, "  (HOST) [baseline] "))
+    names = {m.node_id: m.name for m in board.snapshot().members}
+    assert names == {A: f"Ms Smith#{A[:6]}", B: f"Ms Smith#{B[:6]}", C: name_for_id(C)}

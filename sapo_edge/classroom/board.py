@@ -6,6 +6,7 @@ class.jsonl in the run folder; and snapshots of plain values for the views and t
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 import time
@@ -237,11 +238,18 @@ class ClassBoard:
         )
 
 
+# The views add "(host)" and "(baseline)" after the names of those rows: a member's own name
+# cannot carry them (a student's "Ms Smith (host)" row must not pass for the teacher's).
+_MARKS = re.compile(r"(\s*[(\[]\s*(host|baseline)\s*[)\]])+\s*$", re.IGNORECASE)
+
+
 def _display_names(members: list[_Member]) -> dict[str, str]:
-    """Announced names made safe (a copied derived name shows the sender's own); two members
-    showing one name are told apart by their ids."""
+    """Announced names made safe (a copied derived name shows the sender's own; the views'
+    row marks are not part of a name); two members showing one name are told apart by ids."""
     names = {
-        m.node_id: peer_name(m.latest.name, m.node_id) or name_for_id(m.node_id) for m in members
+        m.node_id: _MARKS.sub("", peer_name(m.latest.name, m.node_id)).strip()
+        or name_for_id(m.node_id)
+        for m in members
     }
     counts = Counter(names.values())
     return {k: f"{v}#{k[:6]}" if counts[v] > 1 else v for k, v in names.items()}
