@@ -104,6 +104,7 @@ def test_join_codes_parse_with_hints() -> None:
         ("acorn-zinnia@h:1", "a number and two words"),
         ("7-acorn-zinnia@h:0", "not a port"),
         ("7-acorn-zinnia@h h:1", "not an address"),
+        ("7-acorn-zinnia@[192.168.1.20:7745]:7745", "not an address"),  # --address with a port
     ]:
         with pytest.raises(CodeError, match=hint):
             parse_code(bad)

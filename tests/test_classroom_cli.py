@@ -111,9 +111,11 @@ def test_bad_host_and_join_flags_end_in_one_sentence(tmp_path, capsys) -> None:
     assert main(["join", "7-acorn-zinnia", "--headless"]) == 2
     assert "no host address" in capsys.readouterr().err
     for flags, says in [
-        (["--web", "localhost"], "HOST:PORT"),
+        (["--web", "localhost"], "IP:PORT"),
         (["--code-minutes", "0"], "positive"),
         (["--address", "bad address"], "IP address or name"),
+        (["--address", "192.168.1.20:7745"], "IP address or name"),  # the port is not its part
+        (["--web", "projector:7746"], "IP:PORT"),  # a name: refused now, not a later lookup
         (["--relay-port", "70000"], "between 1 and 65535"),
     ]:
         assert main(["host", *flags, *out]) == 2

@@ -52,8 +52,14 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
     if not args.code_minutes > 0:
         raise ConfigError(f"--code-minutes {args.code_minutes}: use a positive number of minutes.")
     web_host, _, web_port = args.web.rpartition(":")
-    if not args.no_web and not (web_port.isdigit() and int(web_port) < 65536 and web_host):
-        raise ConfigError(f"--web {args.web!r}: write HOST:PORT, e.g. 127.0.0.1:7746.")
+    web_host = web_host.removeprefix("[").removesuffix("]")  # [::1]:7746
+    if not args.no_web and not (
+        web_port.isdigit() and int(web_port) < 65536 and _bindable(web_host)
+    ):
+        raise ConfigError(
+            f"--web {args.web!r}: write IP:PORT, e.g. 127.0.0.1:7746 (this laptop only) or "
+            "0.0.0.0:7746 (the LAN too)."
+        )
     if args.address:
         from .code import CodeError, format_code, parse_code
 
@@ -76,7 +82,7 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
             f"({cfg.model}): students need their own copy (sapo-edge join CODE --model PATH).",
             file=sys.stderr,
         )
-    web = "" if args.no_web else args.web
+    web = "" if args.no_web else f"{web_host}:{web_port}"
     opts = HostOptions(
         address=args.address,
         relay_port=args.relay_port,
@@ -94,6 +100,20 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
         return run_host_headless(host)
     finally:
         host.close()
+
+
+def _bindable(host: str) -> bool:
+    """An address the page can listen on: an IP literal or 'localhost' (a name would be looked
+    up, and a typo fail later as an error about something else)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def run_host_headless(host: Any) -> int:

@@ -307,7 +307,8 @@ class ClassHost:
         if self.services is None or not self.opts.web:
             return ""
         host = self.services.web_host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+        shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
         return f"http://{shown}:{self.services.web_port}/"
 
     def class_json(self) -> dict[str, Any]:
