@@ -47,6 +47,10 @@ def admission_message(e: AdmissionError, code: JoinCode) -> str:
         ),
         "expired_code": "this code has expired: ask the teacher for the code on the screen now.",
         "busy": "the host is busy admitting others: run the same command again in a moment.",
+        "rate_limited": (
+            "this laptop made too many wrong tries at this code: check the code on the "
+            "teacher's screen, and ask the teacher for a new one (n in the class view)."
+        ),
         "refused": (
             f"cannot reach the host at {where}: check that this laptop is on the same network "
             "as the teacher's, that the address after @ is typed right, and that no firewall "
