@@ -150,3 +150,29 @@ def test_joining_again_from_a_second_window_is_refused_while_the_first_runs(
     finally:
         first.kill()
         host.close()
+
+
+def test_joining_from_the_hosts_laptop_under_its_identity_is_refused(tmp_path, capsys) -> None:
+    """A teacher trying `join` in a second window of the laptop that hosts: one identity twice
+    took the host's place at its own relay (each refused the other); now one sentence says how
+    to try it (an identity of its own for that window)."""
+    import subprocess
+    import sys
+
+    from sapo_edge.paths import identity_path
+
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
+    hosting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        load_or_create()  # this laptop's identity, as `host` loaded it
+        mark = identity_path().with_name(identity_path().name + ".in-use")
+        mark.write_text(str(hosting.pid))  # the host process's mark
+        argv = ["join", host.code, "--headless", "--out-dir", str(tmp_path / "s")]
+        assert main([*argv, "--rounds", "0"]) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another sapo-edge in a class (process {hosting.pid})" in err
+        assert "SAPO_EDGE_HOME=" in err and "Traceback" not in err
+        assert not (tmp_path / "s").exists()
+    finally:
+        hosting.kill()
+        host.close()

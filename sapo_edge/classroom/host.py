@@ -211,9 +211,12 @@ class ClassHost:
 
         ident = self.identity
         if ident is None:
+            from ..runs import hold_identity
+
             ident, created = load_or_create()
             if created:
                 self.log(f"new identity {ident.node_id} saved in {default_identity_path()}")
+            hold_identity(default_identity_path())  # a join on this laptop would be it twice
         default_name = Config.__dataclass_fields__["name"].default
         name = ident.name if self.cfg.name == default_name else self.cfg.name
         self.out_dir.mkdir(parents=True, exist_ok=True)

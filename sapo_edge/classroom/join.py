@@ -149,9 +149,11 @@ def join_class(
             notes.append(f"memory: {text}")
     keys = room_keys(grant.room, grant.secret)
     if identity is None:
-        from ..swarm.identity import load_or_create
+        from ..runs import hold_identity
+        from ..swarm.identity import default_identity_path, load_or_create
 
         identity, _ = load_or_create()
+        hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
     default_name = Config.__dataclass_fields__["name"].default
     name = identity.name if cfg.name == default_name else cfg.name
     cfg = dataclasses.replace(cfg, room=grant.room, name=name)
