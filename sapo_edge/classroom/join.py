@@ -255,12 +255,16 @@ class PathWatcher:
         self._thread.join(5)
 
     def _run(self) -> None:
-        lost_since, warned = self.clock(), False
+        lost_since, warned, clock_warned = self.clock(), False, False
         while not self._stop.wait(self.every):
             try:
                 ok, text = class_path(self.joined)
+                expired = expired_count(self.joined.transport)
             except Exception:  # noqa: BLE001 - a transport not started yet or closing
                 continue
+            if expired >= CLOCK_WARN_AFTER and not clock_warned:
+                clock_warned = True
+                self.warn("This laptop's clock looks wrong", CLOCK_REMEDY)
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
@@ -269,6 +273,26 @@ class PathWatcher:
             elif not warned and self.clock() - lost_since >= self.no_path_after:
                 warned = True
                 self.warn("Cannot reach the class", no_path_remedy(self.joined))
+
+
+# Batches and stats carry their sending time and are refused when it is over 5 minutes from the
+# receiver's clock (replay protection): a laptop whose clock is off is refused both ways and
+# trains alone, with every path up. Refused for that reason this often: say so.
+CLOCK_WARN_AFTER = 3
+CLOCK_REMEDY = (
+    "What the class sends arrives over 5 minutes away from this laptop's clock, so it is "
+    "refused both ways (and the class view cannot show this laptop): set this laptop's date "
+    "and time to automatic (or to the teacher's clock), then join again."
+)
+
+
+def expired_count(transport: Any) -> int:
+    """Batches and stats refused here as sent too far from this laptop's clock, while none at
+    all was accepted (a hostile relay's old replays among good ones are not a wrong clock)."""
+    c = transport.counters
+    if c.get("delivered", 0) or c.get("stats_delivered", 0):
+        return 0
+    return int(c.get("rejected:expired", 0) + c.get("rejected:stats_expired", 0))
 
 
 def no_path_remedy(joined: Joined) -> str:
