@@ -59,6 +59,12 @@ def test_a_member_flooding_rounds_is_bounded_in_memory_and_on_disk(tmp_path) -> 
     lines = path.read_text().splitlines()
     assert len(lines) <= 3 + 2 * 2 * 10
     assert board.dropped["member_over_records"] == 2 * 400 - 2 * 2 * 10
+    board.max_member_bytes = 4_000  # and bytes on disk, whatever the size of each line
+    big = {f"{i:032x}": (1, 1) for i in range(64)}
+    for r in range(10):
+        board.record(A, stats(3 + r, "ada", trained_external=64, learned=big))
+    assert board.dropped["member_over_bytes"] > 0
+    assert sum(len(x) + 1 for x in path.read_text().splitlines() if A in x[:80]) <= 4_000
 
 
 def test_a_headless_host_reads_the_board_once_a_second_however_fast_members_report() -> None:

@@ -28,6 +28,8 @@ RECENT = 5  # "reward, last 5 rounds"
 # memory, ~4 KB in class.jsonl; identities are free to anyone in the room):
 MAX_ROUNDS = 2_000  # rounds kept per member (the newest)
 MAX_TOTAL_ROUNDS = 20_000  # rounds kept for the whole class (the largest rows give up theirs)
+MEMBER_FILE_BYTES = 2 << 20  # class.jsonl bytes per member (~3,000 honest rounds; 256 members:
+# 512 MiB at most); past it the view still shows its rounds, the file (and report) lacks them
 REPORTS_PER_ROUND = 2  # records per member: its rounds kept, twice over (a resumed run redoes a
 # few rounds); past that its figures are refused and counted (an honest member never gets there)
 
@@ -84,6 +86,7 @@ class _Member:
     rounds: dict[int, RoundStats] = field(default_factory=dict)
     last_seen: float = 0.0
     records: int = 0  # figures recorded (new rounds and reports of a round again)
+    saved_bytes: int = 0  # its lines in class.jsonl
 
 
 class ClassBoard:
@@ -105,6 +108,7 @@ class ClassBoard:
         self.path, self.host_id, self.received = path, host_id, received
         self.max_members, self.max_rounds, self.clock = max_members, max_rounds, clock
         self.max_total_rounds = max_total_rounds
+        self.max_member_bytes = MEMBER_FILE_BYTES
         self.total_rounds = 0  # rounds kept, all members together
         self.members: dict[str, _Member] = {}
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
@@ -138,12 +142,16 @@ class ClassBoard:
                     break  # every row keeps its newest round
                 self._forget_oldest(largest)
             if self.path is not None:
-                line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()})
-                try:
-                    with open(self.path, "a", encoding="utf-8") as f:
-                        f.write(line + "\n")
-                except OSError:  # a full disk: the view goes on, the report will lack it
-                    self.dropped["unsaved"] += 1
+                line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()}) + "\n"
+                if m.saved_bytes + len(line) > self.max_member_bytes:
+                    self.dropped["member_over_bytes"] += 1
+                else:
+                    try:
+                        with open(self.path, "a", encoding="utf-8") as f:
+                            f.write(line)
+                        m.saved_bytes += len(line)
+                    except OSError:  # a full disk: the view goes on, the report will lack it
+                        self.dropped["unsaved"] += 1
         if self.on_change is not None:
             self.on_change()
         return True
