@@ -178,3 +178,22 @@ def test_polling_the_page_hard_takes_the_class_at_most_once_a_second() -> None:
     assert len(taken) == 1
     assert all(a["members"] == [] and a["task"] == "t" for a in answers)
     assert {a["code"] for a in answers} == {"1-acorn-acorn@127.0.0.1:1"}  # loopback sees it
+
+
+def test_a_page_asked_before_the_class_is_ready_says_so(capsys) -> None:
+    """The page is up a moment before the board and the first code exist: a browser asking then
+    gets 503 'starting', never a 500 with a traceback on the teacher's terminal."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sapo_edge.web.page import make_app
+
+    def not_yet() -> dict:
+        raise AssertionError("no board yet")
+
+    async def go() -> list[int]:
+        app = make_app(not_yet, lambda: "", "tok", lambda c: c[10])
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            return [(await client.get(p)).status for p in ("/class.json", "/qr.svg")]
+
+    assert asyncio.run(go()) == [503, 503]
+    assert "Traceback" not in capsys.readouterr().err

@@ -108,7 +108,10 @@ def make_app(
 
     async def data(request: web.Request) -> web.Response:
         shown = json.dumps(code() if visible(request) else None)
-        text = await current()
+        try:
+            text = await current()
+        except Exception:  # noqa: BLE001 - the host is starting (no board yet) or closing
+            raise web.HTTPServiceUnavailable(text="the class is starting\n") from None
         return web.Response(
             text=f'{text}, "code": {shown}}}' if len(text) > 1 else f'{{"code": {shown}}}',
             content_type="application/json",
@@ -117,6 +120,8 @@ def make_app(
     async def qr(request: web.Request) -> web.Response:
         if not visible(request):
             raise web.HTTPForbidden(text="the join code is shown on the teacher's screen\n")
+        if not code():  # the page starts before the class's first code
+            raise web.HTTPServiceUnavailable(text="the class is starting\n")
         return web.Response(text=qr_svg(code()), content_type="image/svg+xml")
 
     app = web.Application(middlewares=[guard], client_max_size=1024)
