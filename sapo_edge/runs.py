@@ -11,6 +11,7 @@ import re
 import shlex
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,3 +192,74 @@ def runs_table(runs: list[RunInfo]) -> str:
             f"last reward {reward}  {ckpt}\n  resume: {r.resume}"
         )
     return "\n".join(lines)
+
+
+RUNNING_FILE = "running.pid"
+
+
+def hold_run(node_dir: Path) -> None:
+    """Mark `node_dir` as this process's until it exits; ConfigError when another process that
+    is still alive holds it (two windows training one folder would mix their checkpoints and,
+    under one identity, their place in the room). A holder that died leaves a stale mark."""
+    node_dir.mkdir(parents=True, exist_ok=True)
+    path = node_dir / RUNNING_FILE
+    _hold(
+        path,
+        lambda pid: (
+            f"{node_dir} is in use by another sapo-edge (process {pid}), probably in "
+            "another window: use that one, or stop it (q or Ctrl-C) and run this again (if no "
+            f"sapo-edge is running, delete {path})."
+        ),
+    )
+
+
+def hold_identity(identity_file: Path) -> None:
+    """Mark this laptop's identity as in use by this class process (host or join) until it
+    exits: a host and a student on one laptop under one identity would be one node twice (the
+    student takes the host's place at the relay, each refuses the other)."""
+    path = identity_file.with_name(identity_file.name + ".in-use")
+    _hold(
+        path,
+        lambda pid: (
+            f"this laptop's identity ({identity_file}) is in use by another sapo-edge "
+            f"in a class (process {pid}): one laptop is one member. To try the class from the "
+            "teacher's laptop, give that window an identity of its own: SAPO_EDGE_HOME=<a new "
+            f"folder> sapo-edge join CODE (if no sapo-edge is running, delete {path})."
+        ),
+    )
+
+
+def _hold(path: Path, busy: Callable[[str], str]) -> None:
+    import atexit
+
+    from .checkpoints import _pid_alive
+
+    mine = str(os.getpid())
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                held = path.read_text(encoding="utf-8").strip()
+            except OSError:
+                held = ""
+            if held.isdigit() and held != mine and _pid_alive(int(held)):
+                raise ConfigError(busy(held)) from None
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(mine)
+        atexit.register(_let_go, path, mine)
+        return
+    raise ConfigError(f"{path}: another sapo-edge is starting; run this again.")
+
+
+def _let_go(path: Path, mine: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8").strip() == mine:
+            path.unlink()
+    except OSError:
+        pass

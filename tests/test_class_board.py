@@ -37,3 +37,69 @@ def test_members_are_capped_and_a_refusing_disk_does_not_stop_the_view(tmp_path)
     assert not board.record(C, stats(0, "cy"))
     assert board.dropped == {"board_full": 1, "unsaved": 2}
     assert [m.name for m in board.snapshot().members] == ["ada", "bob"]
+
+
+def test_a_member_flooding_rounds_is_bounded_in_memory_and_on_disk(tmp_path) -> None:
+    """Identities are free to anyone in the room: a member (or many) sending endless new round
+    numbers and new figures for old ones keeps a bounded share of the board and of class.jsonl,
+    and honest members keep their rows and rounds."""
+    path = tmp_path / "class.jsonl"
+    board = ClassBoard(path)
+    board.max_rounds, board.max_total_rounds = 10, 15  # the defaults, scaled down
+    for r in range(3):
+        board.record(A, stats(r, "ada"))
+    for hostile in (B, C):
+        for r in range(200):
+            board.record(hostile, stats(r, "spam", reward=0.1))
+            board.record(hostile, stats(r, "spam", reward=0.2))  # the same round, new figures
+    rows = {m.node_id: m for m in board.snapshot().members}
+    assert rows[A].rewards == [0.5, 0.5, 0.5]
+    assert rows[B].rounds <= 6 and rows[C].rounds <= 6  # the largest rows gave up their oldest
+    assert sum(len(m.rounds) for m in board.members.values()) == board.total_rounds <= 15
+    lines = path.read_text().splitlines()
+    assert len(lines) <= 3 + 2 * 2 * 10
+    assert board.dropped["member_over_records"] == 2 * 400 - 2 * 2 * 10
+    board.max_member_bytes = 4_000  # and bytes on disk, whatever the size of each line
+    big = {f"{i:032x}": (1, 1) for i in range(64)}
+    for r in range(10):
+        board.record(A, stats(3 + r, "ada", trained_external=64, learned=big))
+    assert board.dropped["member_over_bytes"] > 0
+    assert sum(len(x) + 1 for x in path.read_text().splitlines() if A in x[:80]) <= 4_000
+
+
+def test_a_headless_host_reads_the_board_once_a_second_however_fast_members_report() -> None:
+    """The board's on_change runs on the host's network loop for every record: a flood of
+    records must not become a flood of snapshots there (each one walks the whole class)."""
+    import time
+
+    from sapo_edge.classroom.commands import RoundLines
+
+    board, said, looks = ClassBoard(None), [], []
+    take = board.snapshot
+
+    def counted():
+        looks.append(1)
+        return take()
+
+    board.snapshot = counted
+    lines = RoundLines(board, said.append, every=0.5).start()
+    try:
+        for r in range(300):
+            board.record(B, stats(r, "spam"))
+        board.record(A, stats(0, "ada"))
+        time.sleep(0.2)
+    finally:
+        lines.stop()
+    assert len(looks) <= 3
+    assert any("ada round 1" in s for s in said) and any("spam round 300" in s for s in said)
+
+
+def test_a_member_cannot_name_itself_into_the_hosts_row() -> None:
+    """The views mark the host's row "(host)" and a baseline's "(baseline)": a member's claimed
+    name loses those marks, so 'Ms Smith (host)' cannot pass for the teacher."""
+    board = ClassBoard(None, host_id=A)
+    board.record(A, stats(0, "Ms Smith"))
+    board.record(B, stats(0, "Ms Smith (host)"))
+    board.record(C, stats(0, "  (HOST) [baseline] "))
+    names = {m.node_id: m.name for m in board.snapshot().members}
+    assert names == {A: f"Ms Smith#{A[:6]}", B: f"Ms Smith#{B[:6]}", C: name_for_id(C)}

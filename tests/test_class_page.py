@@ -148,3 +148,52 @@ def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
     assert image.size == (1280, 1100)
     colours = image.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50  # drawn, not a blank page
+
+
+def test_polling_the_page_hard_takes_the_class_at_most_once_a_second() -> None:
+    """Anyone who reaches the page may poll /class.json as fast as they like: the board is read
+    once for all of them (off the loop the relay shares), never once per request."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sapo_edge.web.page import make_app
+
+    taken: list[float] = []
+
+    def class_json() -> dict:
+        taken.append(1.0)
+        return {"members": [], "task": "t"}
+
+    async def go() -> list[dict]:
+        app = make_app(class_json, lambda: "1-acorn-acorn@127.0.0.1:1", "tok", lambda c: "")
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+
+            async def one(query: str) -> dict:
+                r = await client.get("/class.json" + query)
+                assert r.status == 200
+                return json.loads(await r.text())
+
+            return await asyncio.gather(*(one("?token=tok" if i % 2 else "") for i in range(60)))
+
+    answers = asyncio.run(go())
+    assert len(taken) == 1
+    assert all(a["members"] == [] and a["task"] == "t" for a in answers)
+    assert {a["code"] for a in answers} == {"1-acorn-acorn@127.0.0.1:1"}  # loopback sees it
+
+
+def test_a_page_asked_before_the_class_is_ready_says_so(capsys) -> None:
+    """The page is up a moment before the board and the first code exist: a browser asking then
+    gets 503 'starting', never a 500 with a traceback on the teacher's terminal."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sapo_edge.web.page import make_app
+
+    def not_yet() -> dict:
+        raise AssertionError("no board yet")
+
+    async def go() -> list[int]:
+        app = make_app(not_yet, lambda: "", "tok", lambda c: c[10])
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            return [(await client.get(p)).status for p in ("/class.json", "/qr.svg")]
+
+    assert asyncio.run(go()) == [503, 503]
+    assert "Traceback" not in capsys.readouterr().err

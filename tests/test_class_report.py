@@ -49,3 +49,19 @@ def test_report_on_a_folder_without_a_class_says_which_folder(tmp_path, capsys) 
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "holds no class.jsonl" in err and "sapo-edge host" in err
+
+
+def test_a_crowd_of_members_and_a_torn_byte_do_not_stop_the_report(tmp_path, capsys) -> None:
+    """Identities are free in the room: 64 rows (the board takes 256) still give plots of a
+    bounded size, quickly; a line of bytes that are not UTF-8 is skipped, not fatal."""
+    from sapo_edge.classroom.board import ClassBoard
+
+    board = ClassBoard(tmp_path / "class.jsonl")
+    for i in range(64):
+        board.record(f"{i:032x}", RoundStats(0, 0.5, 1, 1, 0, 0, {}, f"m{i}", "m", "t", "cpu"))
+    with open(tmp_path / "class.jsonl", "ab") as f:
+        f.write(b'{"at": 1, "sender": "\xff\xfe"}\n')
+    assert main(["report", str(tmp_path)]) == 0
+    assert len(list(csv.DictReader(open(tmp_path / "class.csv", encoding="utf-8")))) == 64
+    for png in ("reward_curves.png", "learned_from.png"):
+        assert max(Image.open(tmp_path / png).size) <= 2000

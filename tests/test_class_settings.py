@@ -104,6 +104,7 @@ def test_join_codes_parse_with_hints() -> None:
         ("acorn-zinnia@h:1", "a number and two words"),
         ("7-acorn-zinnia@h:0", "not a port"),
         ("7-acorn-zinnia@h h:1", "not an address"),
+        ("7-acorn-zinnia@[192.168.1.20:7745]:7745", "not an address"),  # --address with a port
     ]:
         with pytest.raises(CodeError, match=hint):
             parse_code(bad)
@@ -115,3 +116,41 @@ def test_large_letters_and_the_qr_code_are_rectangular_blocks() -> None:
     assert set("".join(big)) <= set("█▀▄ ")
     qr = qr_lines("7-acorn-zinnia@192.168.1.20:7745")
     assert len({len(line) for line in qr}) == 1 and len(qr) * 2 >= len(qr[0])
+
+
+def test_a_student_whose_clock_is_off_is_told_so() -> None:
+    """Batches and stats sent over 5 minutes from the receiver's clock are refused (replay
+    protection): a laptop with a wrong clock is refused both ways with every path up. Its
+    watcher says what to fix instead of showing 'in the class' while nothing gets through."""
+    import time
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from sapo_edge.classroom.join import CLOCK_REMEDY, PathWatcher
+
+    counters = Counter()
+    transport = SimpleNamespace(
+        port=1,
+        mdns=False,
+        counters=counters,
+        connected=lambda: ["relay:ws://h:1"],
+        peers=lambda: [],
+    )
+    code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
+    joined = SimpleNamespace(transport=transport, code=code, relay="ws://h:1", host_address="h:1")
+    said, warned = [], []
+    watcher = PathWatcher(joined, said.append, lambda t, r: warned.append((t, r)), every=0.02)
+    watcher.start()
+    try:
+        counters["rejected:expired"] += 2
+        counters["rejected:stats_expired"] += 1
+        deadline = time.monotonic() + 5
+        while not warned and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watcher.stop()
+    assert warned == [("This laptop's clock looks wrong", CLOCK_REMEDY)]
+    counters["delivered"] += 1  # something gets through: old replays, not this laptop's clock
+    from sapo_edge.classroom.join import expired_count
+
+    assert expired_count(transport) == 0

@@ -103,3 +103,28 @@ def test_keys_drive_a_real_host(host) -> None:
 
     asyncio.run(drive())
     assert (host.out_dir / "class.csv").read_text().count("\n") == 6  # header + 5 members
+
+
+def test_a_report_that_fails_does_not_end_the_class(host, monkeypatch) -> None:
+    """The r key writes the report on a worker thread: an unexpected error there (a plotting
+    library's bug, a strange board) is shown, and the class view (and the class) goes on."""
+    from sapo_edge.classroom import report
+
+    def broken(*_a, **_k):
+        raise RuntimeError("the plotting library broke")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    app = ClassView(host)
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("r")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.is_running
+            assert any("could not be written" in str(n.message) for n in app._notifications)
+            await pilot.press("q")
+        assert app.return_value == "ended"
+
+    asyncio.run(drive())

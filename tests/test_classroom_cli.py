@@ -111,10 +111,68 @@ def test_bad_host_and_join_flags_end_in_one_sentence(tmp_path, capsys) -> None:
     assert main(["join", "7-acorn-zinnia", "--headless"]) == 2
     assert "no host address" in capsys.readouterr().err
     for flags, says in [
-        (["--web", "localhost"], "HOST:PORT"),
+        (["--web", "localhost"], "IP:PORT"),
         (["--code-minutes", "0"], "positive"),
         (["--address", "bad address"], "IP address or name"),
+        (["--address", "192.168.1.20:7745"], "IP address or name"),  # the port is not its part
+        (["--web", "projector:7746"], "IP:PORT"),  # a name: refused now, not a later lookup
         (["--relay-port", "70000"], "between 1 and 65535"),
     ]:
         assert main(["host", *flags, *out]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_joining_again_from_a_second_window_is_refused_while_the_first_runs(
+    tiny_qwen, tmp_path, capsys
+) -> None:
+    """A student who opens a second terminal and joins again (the first seemed stuck) must not
+    train a second process into the same folder under the same identity."""
+    import subprocess
+    import sys
+
+    from sapo_edge.runs import RUNNING_FILE
+
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    node_dir = tmp_path / "student" / "ada"
+    try:
+        node_dir.mkdir(parents=True)
+        (node_dir / RUNNING_FILE).write_text(str(first.pid))  # the first window's mark
+        argv = ["join", host.code, "--headless", "--out-dir", str(tmp_path / "student")]
+        argv += ["--model", str(tiny_qwen), "--name", "ada", "--rounds", "0"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another sapo-edge (process {first.pid})" in err
+        assert "Traceback" not in err and not (node_dir / "metrics.jsonl").exists()
+        first.kill()
+        first.wait()
+        assert main(argv) == 0  # a dead holder's mark is stale
+    finally:
+        first.kill()
+        host.close()
+
+
+def test_joining_from_the_hosts_laptop_under_its_identity_is_refused(tmp_path, capsys) -> None:
+    """A teacher trying `join` in a second window of the laptop that hosts: one identity twice
+    took the host's place at its own relay (each refused the other); now one sentence says how
+    to try it (an identity of its own for that window)."""
+    import subprocess
+    import sys
+
+    from sapo_edge.paths import identity_path
+
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
+    hosting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        load_or_create()  # this laptop's identity, as `host` loaded it
+        mark = identity_path().with_name(identity_path().name + ".in-use")
+        mark.write_text(str(hosting.pid))  # the host process's mark
+        argv = ["join", host.code, "--headless", "--out-dir", str(tmp_path / "s")]
+        assert main([*argv, "--rounds", "0"]) == 2
+        err = capsys.readouterr().err
+        assert f"in use by another sapo-edge in a class (process {hosting.pid})" in err
+        assert "SAPO_EDGE_HOME=" in err and "Traceback" not in err
+        assert not (tmp_path / "s").exists()
+    finally:
+        hosting.kill()
+        host.close()

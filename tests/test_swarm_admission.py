@@ -124,3 +124,32 @@ def test_admission_messages_are_bounded(host) -> None:
             return await read_raw(ws, timeout=5)
 
     assert isinstance(asyncio.run(big()), Closed)
+
+
+def test_one_address_cannot_burn_the_code_for_everyone(nodes) -> None:
+    """A prankster's laptop (or an outsider's) sending wrong codes, or stalling exchanges, spends
+    only its own share of the code's attempts: it is then refused, the class still gets in."""
+    key = new_room_key()
+    adm = Admissions(Grant("lab", key, relay=""), max_failures=10)  # 3 per address
+    node = nodes(room="lab", secret=key, admissions=adm)
+    code = adm.new_code()
+    n = code.split("-")[0]
+    wrong = f"{n}-acorn-zinnia" if code != f"{n}-acorn-zinnia" else f"{n}-zinnia-acorn"
+    for _ in range(3):
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), wrong)
+        assert e.value.reason == "wrong_code"
+    for attempt in (wrong, wrong, code):  # this address is done with this code, right or wrong
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), attempt)
+        assert e.value.reason == "rate_limited"
+    assert adm.codes[n].failures == 3  # the code lives on for the others
+    other = adm.begin(n, "192.168.1.31")  # another laptop still gets its attempt
+    adm.end(other, True, "192.168.1.31")
+    assert adm.codes[n].admitted == 1
+    for _ in range(3):  # exchanges held open from one address: a fourth waits its turn
+        adm.begin(n, "192.168.1.66")
+    with pytest.raises(AdmissionError) as e:
+        adm.begin(n, "192.168.1.66")
+    assert e.value.reason == "busy"
+    assert len(adm.codes[n].ip_failures) == 1 and len(adm.codes[n].ip_pending) == 1

@@ -259,3 +259,39 @@ def test_a_message_repeats_recent_rounds_within_the_size_limit() -> None:
     with pytest.raises(ProtocolError) as e:
         parse_message(msg.encode())
     assert e.value.reason == "too_large"
+
+
+def test_the_class_stats_route_carries_stats_only() -> None:
+    """Over NATS the host hears one unsharded class subject for members' stats: a member
+    publishing rollouts there must not get them delivered around the shard budget."""
+    import threading
+    from collections import Counter
+
+    from swarm_util import sealed
+
+    from sapo_edge.swarm.intake import Intake
+    from sapo_edge.swarm.peerbook import PeerBook
+
+    host, member = Identity.generate(), Identity.generate()
+    counters: Counter = Counter()
+    book = PeerBook(
+        threading.Condition(),
+        counters,
+        reject_threshold=1000,
+        reject_window=60.0,
+        mute_base=1.0,
+        max_tracked=64,
+        log=lambda _m: None,
+    )
+    intake = Intake(host.node_id, KEYS, book)
+    got = []
+    intake.stats.on_stats = got.append
+    route = "relay:nats://x"
+    intake.accept(route, "relay", sealed(member, KEYS, round_=1), stats_only=True)
+    intake.accept(
+        route, "relay", seal(KEYS, make_stats(member, KEYS, figures(1))[0]), stats_only=True
+    )
+    assert intake.drain() == [] and counters["delivered"] == 0
+    assert counters["rollouts_on_stats_route"] == 1 and len(got) == 1
+    intake.accept(route, "relay", sealed(member, KEYS, round_=1, start=4))  # a batch subject
+    assert counters["delivered"] == 1

@@ -6,6 +6,7 @@ class.jsonl in the run folder; and snapshots of plain values for the views and t
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 import time
@@ -23,6 +24,14 @@ from ..textsafe import clean
 
 CLASS_FILE = "class.jsonl"
 RECENT = 5  # "reward, last 5 rounds"
+# Bounds on what members' claims may cost the host (a round with 64 producers is ~16 KB in
+# memory, ~4 KB in class.jsonl; identities are free to anyone in the room):
+MAX_ROUNDS = 2_000  # rounds kept per member (the newest)
+MAX_TOTAL_ROUNDS = 20_000  # rounds kept for the whole class (the largest rows give up theirs)
+MEMBER_FILE_BYTES = 2 << 20  # class.jsonl bytes per member (~3,000 honest rounds; 256 members:
+# 512 MiB at most); past it the view still shows its rounds, the file (and report) lacks them
+REPORTS_PER_ROUND = 2  # records per member: its rounds kept, twice over (a resumed run redoes a
+# few rounds); past that its figures are refused and counted (an honest member never gets there)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,8 @@ class _Member:
     latest: RoundStats
     rounds: dict[int, RoundStats] = field(default_factory=dict)
     last_seen: float = 0.0
+    records: int = 0  # figures recorded (new rounds and reports of a round again)
+    saved_bytes: int = 0  # its lines in class.jsonl
 
 
 class ClassBoard:
@@ -90,11 +101,15 @@ class ClassBoard:
         host_id: str = "",
         received: Callable[[], dict[str, int]] | None = None,
         max_members: int = 256,
-        max_rounds: int = 10_000,
+        max_rounds: int = MAX_ROUNDS,
+        max_total_rounds: int = MAX_TOTAL_ROUNDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path, self.host_id, self.received = path, host_id, received
         self.max_members, self.max_rounds, self.clock = max_members, max_rounds, clock
+        self.max_total_rounds = max_total_rounds
+        self.max_member_bytes = MEMBER_FILE_BYTES
+        self.total_rounds = 0  # rounds kept, all members together
         self.members: dict[str, _Member] = {}
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
@@ -112,20 +127,38 @@ class ClassBoard:
                     self.dropped["board_full"] += 1
                     return False
                 m = self.members[sender] = _Member(sender, stats)
+            if m.records >= REPORTS_PER_ROUND * self.max_rounds:
+                self.dropped["member_over_records"] += 1
+                return False
+            m.records += 1
             m.latest, m.last_seen = stats, max(m.last_seen, at)
+            self.total_rounds += stats.round not in m.rounds
             m.rounds[stats.round] = stats
             while len(m.rounds) > self.max_rounds:
-                del m.rounds[min(m.rounds)]
+                self._forget_oldest(m)
+            while self.total_rounds > self.max_total_rounds:
+                largest = max(self.members.values(), key=lambda x: len(x.rounds))
+                if len(largest.rounds) <= 1:
+                    break  # every row keeps its newest round
+                self._forget_oldest(largest)
             if self.path is not None:
-                line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()})
-                try:
-                    with open(self.path, "a", encoding="utf-8") as f:
-                        f.write(line + "\n")
-                except OSError:  # a full disk: the view goes on, the report will lack it
-                    self.dropped["unsaved"] += 1
+                line = json.dumps({"at": at, "sender": sender, "stats": stats.to_json()}) + "\n"
+                if m.saved_bytes + len(line) > self.max_member_bytes:
+                    self.dropped["member_over_bytes"] += 1
+                else:
+                    try:
+                        with open(self.path, "a", encoding="utf-8") as f:
+                            f.write(line)
+                        m.saved_bytes += len(line)
+                    except OSError:  # a full disk: the view goes on, the report will lack it
+                        self.dropped["unsaved"] += 1
         if self.on_change is not None:
             self.on_change()
         return True
+
+    def _forget_oldest(self, m: _Member) -> None:
+        del m.rounds[min(m.rounds)]
+        self.total_rounds -= 1
 
     def on_stats(self, verified: Any) -> None:
         """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
@@ -141,7 +174,7 @@ class ClassBoard:
     def load(cls, path: Path, host_id: str = "") -> ClassBoard:
         """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted."""
         board = cls(None, host_id=host_id)
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:  # a torn byte: its line only
             for line in f:
                 try:
                     obj = json.loads(line)
@@ -213,11 +246,18 @@ class ClassBoard:
         )
 
 
+# The views add "(host)" and "(baseline)" after the names of those rows: a member's own name
+# cannot carry them (a student's "Ms Smith (host)" row must not pass for the teacher's).
+_MARKS = re.compile(r"(\s*[(\[]\s*(host|baseline)\s*[)\]])+\s*$", re.IGNORECASE)
+
+
 def _display_names(members: list[_Member]) -> dict[str, str]:
-    """Announced names made safe (a copied derived name shows the sender's own); two members
-    showing one name are told apart by their ids."""
+    """Announced names made safe (a copied derived name shows the sender's own; the views'
+    row marks are not part of a name); two members showing one name are told apart by ids."""
     names = {
-        m.node_id: peer_name(m.latest.name, m.node_id) or name_for_id(m.node_id) for m in members
+        m.node_id: _MARKS.sub("", peer_name(m.latest.name, m.node_id)).strip()
+        or name_for_id(m.node_id)
+        for m in members
     }
     counts = Counter(names.values())
     return {k: f"{v}#{k[:6]}" if counts[v] > 1 else v for k, v in names.items()}

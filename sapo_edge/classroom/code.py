@@ -6,6 +6,7 @@ QR code (segno) made of half blocks, for a terminal or a projector.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -67,13 +68,22 @@ def parse_code(text: str) -> JoinCode:
     return JoinCode(words, host, port)
 
 
+def _is_ipv6(text: str) -> bool:
+    """'[1.2.3.4:80]' (a teacher's --address with its port) is no IPv6 address."""
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _split(where: str) -> tuple[str, int]:
     if where.startswith("["):
         host, _, rest = where.partition("]")
         host, port_text = host + "]", rest.removeprefix(":")
     else:
         host, _, port_text = where.partition(":")
-    if not _HOST.fullmatch(host):
+    if not _HOST.fullmatch(host) or (host.startswith("[") and not _is_ipv6(host[1:-1])):
         raise CodeError(f"{host!r} after @ is not an address: it looks like {EXAMPLE}.")
     if not port_text:
         return host, RELAY_PORT

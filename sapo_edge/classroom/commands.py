@@ -52,8 +52,14 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
     if not args.code_minutes > 0:
         raise ConfigError(f"--code-minutes {args.code_minutes}: use a positive number of minutes.")
     web_host, _, web_port = args.web.rpartition(":")
-    if not args.no_web and not (web_port.isdigit() and int(web_port) < 65536 and web_host):
-        raise ConfigError(f"--web {args.web!r}: write HOST:PORT, e.g. 127.0.0.1:7746.")
+    web_host = web_host.removeprefix("[").removesuffix("]")  # [::1]:7746
+    if not args.no_web and not (
+        web_port.isdigit() and int(web_port) < 65536 and _bindable(web_host)
+    ):
+        raise ConfigError(
+            f"--web {args.web!r}: write IP:PORT, e.g. 127.0.0.1:7746 (this laptop only) or "
+            "0.0.0.0:7746 (the LAN too)."
+        )
     if args.address:
         from .code import CodeError, format_code, parse_code
 
@@ -76,7 +82,7 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
             f"({cfg.model}): students need their own copy (sapo-edge join CODE --model PATH).",
             file=sys.stderr,
         )
-    web = "" if args.no_web else args.web
+    web = "" if args.no_web else f"{web_host}:{web_port}"
     opts = HostOptions(
         address=args.address,
         relay_port=args.relay_port,
@@ -96,6 +102,20 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
         host.close()
 
 
+def _bindable(host: str) -> bool:
+    """An address the page can listen on: an IP literal or 'localhost' (a name would be looked
+    up, and a typo fail later as an error about something else)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def run_host_headless(host: Any) -> int:
     """The class without a terminal UI: the code, then one line per member's round; Ctrl-C or
     SIGTERM stops this laptop's training (saved), ends the class and writes the report."""
@@ -104,21 +124,7 @@ def run_host_headless(host: Any) -> int:
     from ..trainer import PrintCallback
 
     _print_code(host)
-    board, names = host.board, {}
-
-    def on_change() -> None:
-        snap = board.snapshot()
-        for m in snap.members:
-            if names.get(m.node_id) != (m.rounds, m.last_round):
-                names[m.node_id] = (m.rounds, m.last_round)
-                reward = "-" if m.recent_reward is None else f"{m.recent_reward:.3f}"
-                _say(
-                    f"class: {clean(m.name, 24)} round {m.last_round + 1} · reward (last 5) "
-                    f"{reward} · used by others {m.used_by_others} · Aha {m.aha} · "
-                    f"{len(snap.members)} members"
-                )
-
-    board.on_change = on_change
+    lines = RoundLines(host.board, _say).start()
     control, ended = RunControl(), threading.Event()
 
     def on_signal(name: str) -> None:
@@ -137,9 +143,55 @@ def run_host_headless(host: Any) -> int:
             ended.wait()
         except KeyboardInterrupt:
             pass
-    board.on_change = None
+    lines.stop()
     end_of_class(host.out_dir, _say, host.received_counts())
     return exit_code(received[0]) if received else 0
+
+
+class RoundLines:
+    """One line per member's new round, for a host without a terminal UI. The board calls
+    on_change on the network loop for every record, so that only raises a flag: the board is
+    read on a thread of its own, at most once every `every` seconds, however fast members report.
+    """
+
+    def __init__(self, board: Any, say: Any, every: float = 1.0) -> None:
+        self.board, self.say, self.every = board, say, every
+        self.shown: dict[str, tuple[int, int]] = {}
+        self._dirty, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="class-lines", daemon=True)
+
+    def start(self) -> RoundLines:
+        self.board.on_change = self._dirty.set
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.board.on_change = None
+        self._stop.set()
+        self._dirty.set()
+        self._thread.join(5.0)
+        self.show_new()  # what came in since the last look
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            self.show_new()
+            self._stop.wait(self.every)
+
+    def show_new(self) -> None:
+        snap = self.board.snapshot()
+        for m in snap.members:
+            if self.shown.get(m.node_id) != (m.rounds, m.last_round):
+                self.shown[m.node_id] = (m.rounds, m.last_round)
+                reward = "-" if m.recent_reward is None else f"{m.recent_reward:.3f}"
+                self.say(
+                    f"class: {clean(m.name, 24)} round {m.last_round + 1} · reward (last 5) "
+                    f"{reward} · used by others {m.used_by_others} · Aha {m.aha} · "
+                    f"{len(snap.members)} members"
+                )
 
 
 def _print_code(host: Any) -> None:

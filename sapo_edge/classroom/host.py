@@ -211,9 +211,12 @@ class ClassHost:
 
         ident = self.identity
         if ident is None:
+            from ..runs import hold_identity
+
             ident, created = load_or_create()
             if created:
                 self.log(f"new identity {ident.node_id} saved in {default_identity_path()}")
+            hold_identity(default_identity_path())  # a join on this laptop would be it twice
         default_name = Config.__dataclass_fields__["name"].default
         name = ident.name if self.cfg.name == default_name else self.cfg.name
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -307,7 +310,8 @@ class ClassHost:
         if self.services is None or not self.opts.web:
             return ""
         host = self.services.web_host
-        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+        shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
         return f"http://{shown}:{self.services.web_port}/"
 
     def class_json(self) -> dict[str, Any]:

@@ -47,6 +47,10 @@ def admission_message(e: AdmissionError, code: JoinCode) -> str:
         ),
         "expired_code": "this code has expired: ask the teacher for the code on the screen now.",
         "busy": "the host is busy admitting others: run the same command again in a moment.",
+        "rate_limited": (
+            "this laptop made too many wrong tries at this code: check the code on the "
+            "teacher's screen, and ask the teacher for a new one (n in the class view)."
+        ),
         "refused": (
             f"cannot reach the host at {where}: check that this laptop is on the same network "
             "as the teacher's, that the address after @ is typed right, and that no firewall "
@@ -145,9 +149,11 @@ def join_class(
             notes.append(f"memory: {text}")
     keys = room_keys(grant.room, grant.secret)
     if identity is None:
-        from ..swarm.identity import load_or_create
+        from ..runs import hold_identity
+        from ..swarm.identity import default_identity_path, load_or_create
 
         identity, _ = load_or_create()
+        hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
     default_name = Config.__dataclass_fields__["name"].default
     name = identity.name if cfg.name == default_name else cfg.name
     cfg = dataclasses.replace(cfg, room=grant.room, name=name)
@@ -155,8 +161,9 @@ def join_class(
         from ..paths import runs_dir
 
         cfg = dataclasses.replace(cfg, out_dir=str(runs_dir() / f"class-{keys.lan_id[:12]}"))
-    from ..runs import is_used
+    from ..runs import hold_run, is_used
 
+    hold_run(Path(cfg.out_dir) / name)  # the same laptop joining twice (a second window)
     if is_used(Path(cfg.out_dir) / name) and not cfg.resume:
         cfg = dataclasses.replace(cfg, resume=True)
         notes.append(f"rejoining: continuing this laptop's run in {Path(cfg.out_dir) / name}")
@@ -248,12 +255,16 @@ class PathWatcher:
         self._thread.join(5)
 
     def _run(self) -> None:
-        lost_since, warned = self.clock(), False
+        lost_since, warned, clock_warned = self.clock(), False, False
         while not self._stop.wait(self.every):
             try:
                 ok, text = class_path(self.joined)
+                expired = expired_count(self.joined.transport)
             except Exception:  # noqa: BLE001 - a transport not started yet or closing
                 continue
+            if expired >= CLOCK_WARN_AFTER and not clock_warned:
+                clock_warned = True
+                self.warn("This laptop's clock looks wrong", CLOCK_REMEDY)
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
@@ -262,6 +273,26 @@ class PathWatcher:
             elif not warned and self.clock() - lost_since >= self.no_path_after:
                 warned = True
                 self.warn("Cannot reach the class", no_path_remedy(self.joined))
+
+
+# Batches and stats carry their sending time and are refused when it is over 5 minutes from the
+# receiver's clock (replay protection): a laptop whose clock is off is refused both ways and
+# trains alone, with every path up. Refused for that reason this often: say so.
+CLOCK_WARN_AFTER = 3
+CLOCK_REMEDY = (
+    "What the class sends arrives over 5 minutes away from this laptop's clock, so it is "
+    "refused both ways (and the class view cannot show this laptop): set this laptop's date "
+    "and time to automatic (or to the teacher's clock), then join again."
+)
+
+
+def expired_count(transport: Any) -> int:
+    """Batches and stats refused here as sent too far from this laptop's clock, while none at
+    all was accepted (a hostile relay's old replays among good ones are not a wrong clock)."""
+    c = transport.counters
+    if c.get("delivered", 0) or c.get("stats_delivered", 0):
+        return 0
+    return int(c.get("rejected:expired", 0) + c.get("rejected:stats_expired", 0))
 
 
 def no_path_remedy(joined: Joined) -> str:

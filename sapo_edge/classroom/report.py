@@ -34,6 +34,12 @@ CSV_COLUMNS = [
 ]
 
 
+# The board holds up to 256 members (identities are free in the room): past this many the
+# plots stay this size and drop names and numbers (class.csv and class.json have them all).
+MAX_LABELLED = 40
+MAX_FIGURE_INCHES = 16.0
+
+
 class ReportError(ValueError):
     """No class to report on in that folder; the message says which folder to pass."""
 
@@ -175,7 +181,7 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
         ax.set_title(f"Reward per round · {task}" if task else "Reward per round")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        if snap.members:
+        if 0 < len(snap.members) <= MAX_LABELLED:
             ax.legend(loc="upper left", fontsize=8, ncol=2)
         fig.tight_layout()
         curves = run_dir / "reward_curves.png"
@@ -186,14 +192,15 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
         grid = [
             [0 if a == b else snap.matrix.get(a, {}).get(b, (0, 0))[1] for b in ids] for a in ids
         ]
-        size = max(4.0, 1.0 + 0.6 * len(ids))
+        size = min(MAX_FIGURE_INCHES, max(4.0, 1.0 + 0.6 * len(ids)))
         fig, ax = plt.subplots(figsize=(size + 1.5, size))
         top = max((max(row) for row in grid), default=0)
         image = ax.imshow(grid or [[0]], cmap="Blues", vmin=0, vmax=max(top, 1))
-        labels = [names[i] for i in ids]
-        ax.set_xticks(range(len(ids)), labels, rotation=45, ha="right")
-        ax.set_yticks(range(len(ids)), labels)
-        for i, row in enumerate(grid):
+        if len(ids) <= MAX_LABELLED:
+            labels = [names[i] for i in ids]
+            ax.set_xticks(range(len(ids)), labels, rotation=45, ha="right")
+            ax.set_yticks(range(len(ids)), labels)
+        for i, row in enumerate(grid if len(ids) <= MAX_LABELLED else []):
             for j, value in enumerate(row):
                 ax.text(
                     j,

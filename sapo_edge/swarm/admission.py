@@ -19,6 +19,7 @@ import hmac
 import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,6 +95,10 @@ class _Code:
     failures: int = 0
     pending: int = 0
     admitted: int = 0
+    # per remote address: wrong attempts, and exchanges under way (at most max_failures
+    # entries each: every entry stands for a failure or a pending exchange)
+    ip_failures: Counter = field(default_factory=Counter)
+    ip_pending: Counter = field(default_factory=Counter)
 
 
 @dataclass
@@ -105,6 +110,9 @@ class Admissions:
     grant: Grant
     ttl_s: float = 600.0
     max_failures: int = 5
+    # One address may spend only this many of a code's wrong attempts (and hold only this many
+    # exchanges at once): a single laptop cannot burn the class's code for everyone.
+    max_failures_per_ip: int = 3
     clock: Callable[[], float] = time.monotonic
     codes: dict[str, _Code] = field(default_factory=dict)  # nameplate -> code
     log: Callable[[str], None] = lambda _m: None
@@ -127,23 +135,34 @@ class Admissions:
         for n in [n for n, c in self.codes.items() if c.expires < now]:
             del self.codes[n]
 
-    def begin(self, nameplate: str) -> _Code:
-        """Reserve one attempt at this code, or AdmissionError."""
+    def begin(self, nameplate: str, ip: str = "") -> _Code:
+        """Reserve one attempt at this code from address `ip`, or AdmissionError."""
         self._expire()
         c = self.codes.get(nameplate)
         if c is None:
             raise AdmissionError("no_such_code", "no such code here (expired, or mistyped number).")
-        if c.failures + c.pending >= self.max_failures:
+        if c.ip_failures[ip] >= self.max_failures_per_ip:
+            raise AdmissionError(
+                "rate_limited", "too many wrong tries at this code from this address."
+            )
+        if c.failures + c.pending >= self.max_failures or (
+            c.ip_failures[ip] + c.ip_pending[ip] >= self.max_failures_per_ip
+        ):
             raise AdmissionError("busy", "this code is busy; try again in a moment.")
         c.pending += 1
+        c.ip_pending[ip] += 1
         return c
 
-    def end(self, c: _Code, ok: bool) -> None:
+    def end(self, c: _Code, ok: bool, ip: str = "") -> None:
         c.pending -= 1
+        c.ip_pending[ip] -= 1
+        if c.ip_pending[ip] <= 0:
+            del c.ip_pending[ip]
         if ok:
             c.admitted += 1
             return
         c.failures += 1
+        c.ip_failures[ip] += 1
         if c.failures >= self.max_failures:
             self.codes.pop(c.code.split("-", 1)[0], None)
             self.log(
@@ -204,7 +223,7 @@ def serve_admission(
         await ws.prepare(request)
         try:
             async with asyncio.timeout(10.0):
-                await admit(ws, admissions)
+                await admit(ws, admissions, request.remote or "")
             log(f"admitted a newcomer from {request.remote} into room {admissions.grant.room!r}")
         except (AdmissionError, ProtocolError) as e:
             if not ws.closed:
@@ -221,12 +240,13 @@ def serve_admission(
     return handler
 
 
-async def admit(ws, admissions: Admissions) -> None:
-    """One exchange with a newcomer; raises AdmissionError/ProtocolError when it fails."""
+async def admit(ws, admissions: Admissions, ip: str = "") -> None:
+    """One exchange with a newcomer from address `ip`; raises AdmissionError/ProtocolError
+    when it fails."""
     first = await _read(ws, "admit")
     if first["version"] != PROTOCOL_VERSION:
         raise AdmissionError("unknown_version", "upgrade sapo-edge on one side.")
-    c = admissions.begin(first["nameplate"])
+    c = admissions.begin(first["nameplate"], ip)
     ok = False
     try:
         member = SPAKE2_B(_password(c.code), idA=ID_JOINER, idB=ID_MEMBER)
@@ -248,7 +268,7 @@ async def admit(ws, admissions: Admissions) -> None:
         await ws.send_bytes(_msg("welcome", box=box.hex()))
         ok = True
     finally:
-        admissions.end(c, ok)
+        admissions.end(c, ok, ip)
 
 
 # --- the joining side ---------------------------------------------------------------------------

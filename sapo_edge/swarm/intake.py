@@ -41,13 +41,17 @@ class Intake:
         self.inbox = FairInbox(inbox_limit, inbox_bytes)
         self.stats = StatsIntake(self_id, keys, book, notify)
 
-    def accept(self, route: str, via: str, data: bytes) -> bool:
+    def accept(self, route: str, via: str, data: bytes, *, stats_only: bool = False) -> bool:
         """Open, verify and deliver one sealed batch that came by `route` (a peer's node id, or
         'relay:URL' for a relay or NATS route, where any member may be the signer). True when
-        the route is a peer link that must be dropped (it is now muted)."""
-        return self.accept_verified(route, via, data) is True
+        the route is a peer link that must be dropped (it is now muted). `stats_only`: the route
+        carries members' stats alone (the NATS class subject): rollouts there are dropped
+        unverified, never delivered around the shard budget."""
+        return self.accept_verified(route, via, data, stats_only=stats_only) is True
 
-    def accept_verified(self, route: str, via: str, data: bytes) -> bool | VerifiedBatch | None:
+    def accept_verified(
+        self, route: str, via: str, data: bytes, *, stats_only: bool = False
+    ) -> bool | VerifiedBatch | None:
         """accept(), returning the VerifiedBatch when one was delivered (for the harness's
         counts), True when the route must be dropped, else None."""
         relay = route.startswith("relay:")
@@ -57,6 +61,10 @@ class Intake:
             return self._reject(route, e.reason) or None
         if isinstance(msg, Stats):
             return self.stats.accept(route, msg) or None
+        if stats_only:
+            with self.book.changed:
+                self.counters["rollouts_on_stats_route"] += 1
+            return None
         if not relay and msg.sender != route:
             return self._reject(route, "wrong_sender") or None
         if msg.sender == self.self_id:

@@ -292,7 +292,7 @@ class NatsRoute:
     async def _on_stats_msg(self, msg) -> None:
         with self.lock:
             self.counters["nats_stats_in"] += 1
-        self.intake.accept(self.key, "relay", msg.data)
+        self.intake.accept(self.key, "relay", msg.data, stats_only=True)
 
     async def _on_msg(self, msg) -> None:
         data = msg.data

@@ -208,6 +208,10 @@ class ClassView(App[str]):
         except (ReportError, OSError) as e:
             self.call_from_thread(self.notify, clean(str(e), 300), severity="error", markup=False)
             return
+        except Exception as e:  # noqa: BLE001 - a plotting bug must not end the class
+            text = f"the report could not be written ({type(e).__name__}: {e}); the class goes on"
+            self.call_from_thread(self.notify, clean(text, 300), severity="error", markup=False)
+            return
         self.report_paths = paths
         names = ", ".join(p.name for p in paths)
         self.call_from_thread(

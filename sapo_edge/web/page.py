@@ -6,8 +6,11 @@ this machine (loopback) or to a browser that has the host's page token.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
+import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 STATIC = Path(__file__).with_name("static")
+REFRESH_S = 1.0  # the class is taken from the board at most this often, however many ask
 FILES = {
     "/": ("index.html", "text/html"),
     "/class.js": ("class.js", "text/javascript"),
@@ -86,13 +90,38 @@ def make_app(
         body = (STATIC / name).read_bytes()
         return web.Response(body=body, content_type=kind, charset="utf-8")
 
+    # One snapshot a second at most, taken off the event loop: the page shares its loop with
+    # the class's relay and admissions, and anyone who can reach the page may poll it.
+    cache: dict[str, Any] = {"at": 0.0, "text": None}
+    lock = asyncio.Lock()
+
+    def taken() -> str:  # the class as JSON text without its closing brace
+        return json.dumps({k: v for k, v in class_json().items() if k != "code"})[:-1]
+
+    async def current() -> str:
+        async with lock:
+            if cache["text"] is None or time.monotonic() - cache["at"] >= REFRESH_S:
+                loop = asyncio.get_running_loop()
+                cache["text"] = await loop.run_in_executor(None, taken)
+                cache["at"] = time.monotonic()
+            return cache["text"]
+
     async def data(request: web.Request) -> web.Response:
-        shown = visible(request)
-        return web.json_response({**class_json(), "code": code() if shown else None})
+        shown = json.dumps(code() if visible(request) else None)
+        try:
+            text = await current()
+        except Exception:  # noqa: BLE001 - the host is starting (no board yet) or closing
+            raise web.HTTPServiceUnavailable(text="the class is starting\n") from None
+        return web.Response(
+            text=f'{text}, "code": {shown}}}' if len(text) > 1 else f'{{"code": {shown}}}',
+            content_type="application/json",
+        )
 
     async def qr(request: web.Request) -> web.Response:
         if not visible(request):
             raise web.HTTPForbidden(text="the join code is shown on the teacher's screen\n")
+        if not code():  # the page starts before the class's first code
+            raise web.HTTPServiceUnavailable(text="the class is starting\n")
         return web.Response(text=qr_svg(code()), content_type="image/svg+xml")
 
     app = web.Application(middlewares=[guard], client_max_size=1024)
