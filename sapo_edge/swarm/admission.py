@@ -14,6 +14,7 @@ API (the `host` / `join CODE` commands build on it):
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import hmac
 import os
@@ -300,6 +301,8 @@ async def _join_once(address: str, code: str) -> Grant:
         except aiohttp.ServerDisconnectedError:  # its connection limits: many joining at once
             raise AdmissionError("busy", "the member is busy; trying again.") from None
         except (aiohttp.ClientError, OSError) as e:
+            if getattr(e, "errno", None) == errno.ECONNRESET:  # the same limits, under load
+                raise AdmissionError("busy", "the member is busy; trying again.") from None
             raise AdmissionError("refused", f"cannot reach {address}: {e}") from None
         try:
             joiner = SPAKE2_A(_password(code), idA=ID_JOINER, idB=ID_MEMBER)
