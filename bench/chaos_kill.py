@@ -86,6 +86,8 @@ def spawn(argv: list[str], log: Path, tap: mmap.mmap | None = None, fire=None) -
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # not a test runner's capture
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
         if tap is not None:
             from sapo_edge.trainer import PrintCallback
 
