@@ -58,7 +58,12 @@ _TAP = struct.Struct("<ii")  # (round, phase index + 1) the child is in
 _WATCH_S = 120.0
 # how long after a phase starts the kill may land (s): about each phase's length on the tiny
 # model, so most kills land inside the phase named (where they land is recorded, not assumed)
-_SPREAD = {"generating": 0.02, "sharing": 0.0002, "training": 0.002, "saving": 0.004}  # no trial waits longer than this for a phase or an exit
+_SPREAD = {
+    "generating": 0.02,
+    "sharing": 0.0002,
+    "training": 0.002,
+    "saving": 0.004,
+}  # no trial waits longer than this for a phase or an exit
 
 
 def node_argv(model: Path, out: Path, rounds: int, resume: bool) -> list[str]:
@@ -131,7 +136,10 @@ def fingerprint(node_dir: Path) -> dict:
     ckpt = find_latest(node_dir / "checkpoints", log=lambda _m: None)
     metrics = node_dir / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
-    out = {"round": ckpt.round if ckpt else -1, "rewards": [json.loads(x)["reward_mean"] for x in lines if x]}
+    out = {
+        "round": ckpt.round if ckpt else -1,
+        "rewards": [json.loads(x)["reward_mean"] for x in lines if x],
+    }
     if ckpt:
         for f in sorted(ckpt.path.iterdir()):
             if f.suffix in (".safetensors", ".pt", ".bin"):
@@ -140,7 +148,9 @@ def fingerprint(node_dir: Path) -> dict:
 
 
 def run_through(model: Path, out: Path, rounds: int, resume: bool = False) -> tuple[int, dict]:
-    rc = wait(spawn(node_argv(model, out, rounds, resume), out / ("resume.log" if resume else "run.log")))
+    rc = wait(
+        spawn(node_argv(model, out, rounds, resume), out / ("resume.log" if resume else "run.log"))
+    )
     return rc, fingerprint(out / NAME)
 
 
@@ -179,7 +189,9 @@ def kill_trial(
     recorded = len(metrics.read_text().splitlines()) if metrics.exists() else 0
     saved = latest.round if latest else 0
     rc, fp = run_through(model, out, rounds, resume=True)
-    same = {k: v for k, v in fp.items() if k != "round"} == {k: v for k, v in ref.items() if k != "round"}
+    same = {k: v for k, v in fp.items() if k != "round"} == {
+        k: v for k, v in ref.items() if k != "round"
+    }
     return {
         "target": target,
         "killed_in": phase if exited is None else "exited",
@@ -211,7 +223,9 @@ def run_kills(model: Path, work: Path, trials: int, rounds: int, seed: int, log=
         target = TARGETS[i % len(TARGETS)]
         # the checkpoint write of the tiny model takes a few ms; phases of a round tens of ms
         delay = rng.uniform(0, _SPREAD[target])
-        row = kill_trial(model, work / f"t{i:03d}", rounds, target, rng.randrange(rounds - 1), delay, ref)
+        row = kill_trial(
+            model, work / f"t{i:03d}", rounds, target, rng.randrange(rounds - 1), delay, ref
+        )
         rows.append(row)
         log(
             f"trial {i:3d}: {row['target']:>10} -> killed in {row['killed_in']:<10} round "
@@ -309,7 +323,9 @@ def plot(result: dict, path: Path) -> None:
     rows = result["trials"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     where = Counter(("in checkpoint write" if r["debris"] else r["killed_in"]) for r in rows)
-    ok = Counter(("in checkpoint write" if r["debris"] else r["killed_in"]) for r in rows if r["survived"])
+    ok = Counter(
+        ("in checkpoint write" if r["debris"] else r["killed_in"]) for r in rows if r["survived"]
+    )
     keys = sorted(where)
     a.bar(keys, [where[k] for k in keys], color="#ccc", label="killed")
     a.bar(keys, [ok[k] for k in keys], color="#2a7", width=0.5, label="survived (same adapter)")

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_killed_anywhere_a_node_resumes_to_the_uninterrupted_adapter(tiny_qwen, tmp_path):
-    result = chaos_kill.run_kills(tiny_qwen, tmp_path, trials=4, rounds=3, seed=1, log=lambda _m: None)
+    result = chaos_kill.run_kills(
+        tiny_qwen, tmp_path, trials=4, rounds=3, seed=1, log=lambda _m: None
+    )
     s = result["summary"]
     assert s["tried"] + s["not_killed"] == 4 and s["tried"] >= 3, result["trials"]
     assert s["survived"] == s["tried"], result["trials"]
