@@ -27,7 +27,7 @@ def test_a_peer_minutes_off_still_exchanges_and_one_far_off_is_told_not_muted(
     said: list[str] = []
     a = nodes(reject_threshold=5, log=said.append)
     b = nodes(peers=[f"127.0.0.1:{a.port}"])
-    assert a.wait_for(lambda: len(a.connected()) == 1, 5)
+    assert a.wait_for(lambda: len(a.connected()) == 1 and len(b.connected()) == 1, 5)
     _skewed(monkeypatch, -240.0)  # 4 minutes slow: inside the 300 s window
     b.publish(batch_for(b.ident, 1))
     assert a.wait_for(lambda: a.counters["delivered"] == 1, 5)
@@ -46,3 +46,16 @@ def test_a_peer_minutes_off_still_exchanges_and_one_far_off_is_told_not_muted(
     monkeypatch.undo()  # the clock is fixed: the same link carries batches again
     b.publish(batch_for(b.ident, 14))
     assert a.wait_for(lambda: a.counters["delivered"] == 2, 5), a.counters
+
+
+def test_a_node_publishing_too_fast_paces_itself_instead_of_being_refused(nodes) -> None:
+    said: list[str] = []
+    a = nodes(max_batches_per_minute=10)
+    b = nodes(peers=[f"127.0.0.1:{a.port}"], max_batches_per_minute=10, log=said.append)
+    assert a.wait_for(lambda: len(a.connected()) == 1 and len(b.connected()) == 1, 5)
+    for r in range(1, 16):  # a tiny model's rounds can be this fast
+        b.publish(batch_for(b.ident, r))
+    assert a.wait_for(lambda: a.counters["delivered"] == 10, 5), a.counters
+    assert b.counters["publish_paced"] == 5 and b.counters["published"] == 10
+    assert not [k for k in a.counters if k.startswith("rejected:")] and a.counters["muted"] == 0
+    assert len([m for m in said if "batches a minute" in m]) == 1
