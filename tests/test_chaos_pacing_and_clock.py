@@ -1,6 +1,7 @@
-"""Clock skew: a peer whose clock is a few minutes off still exchanges; one further off than the
-freshness window is refused with a sentence naming the clock, counted, and never muted (its
-link stays up and its batches flow again once its clock is right)."""
+"""A node that publishes too fast paces itself under its peers' limit; clock skew: a peer whose
+clock is a few minutes off still exchanges; one further off than the freshness window is refused
+with a sentence naming the clock, counted, and never muted (its link stays up and its batches
+flow again once its clock is right)."""
 
 from __future__ import annotations
 
