@@ -175,7 +175,12 @@ def _until(pred, timeout: float, step: float = 0.05) -> float | None:
 
 
 def run_lan(
-    model: Path, work: Path, n: int = 3, netem: str = "", cut_s: float = 30.0, timeout: float = 180.0
+    model: Path,
+    work: Path,
+    n: int = 3,
+    netem: str = "",
+    cut_s: float = 30.0,
+    timeout: float = 180.0,
 ) -> dict:
     """Start n nodes, wait for a full mesh over mDNS, cut node n-1's link for cut_s, heal."""
     out: dict = {"nodes": n, "netem": netem}
@@ -222,7 +227,11 @@ def run_lan(
         (work / f"{p.name}.out").write_text("".join(f"{t:.3f} {ln}\n" for t, ln in p.lines))
     out["rounds"] = {}
     for p in procs:
-        rows = [json.loads(x) for x in (work / "runs" / p.name / "metrics.jsonl").read_text().splitlines() if x]
+        rows = [
+            json.loads(x)
+            for x in (work / "runs" / p.name / "metrics.jsonl").read_text().splitlines()
+            if x
+        ]
         secs = [r["round_seconds"] for r in rows]
         out["rounds"][p.name] = {
             "rounds": len(rows),

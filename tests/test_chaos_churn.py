@@ -50,3 +50,43 @@ def test_the_dialer_backs_off_exponentially_with_jitter(nodes, monkeypatch) -> N
         mine = slept[(failures - 1) * 20 : failures * 20]
         assert all(cap * 0.5 <= s <= cap for s in mine)
         assert len(set(mine)) > 10  # jittered: a restarted relay is not hit by one burst
+
+
+def _hang_up_mid_upgrade(port: int, times: int = 20) -> None:
+    """Ask for a websocket upgrade and reset the connection at once (a laptop leaving Wi-Fi)."""
+    import socket
+    import struct
+
+    req = (
+        f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+    for _ in range(times):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.sendall(req)
+        s.close()
+
+
+def test_a_caller_hanging_up_mid_upgrade_logs_no_traceback(nodes, caplog) -> None:
+    import logging
+    import time
+
+    from swarm_util import RelayThread, batch_for
+
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+    r = RelayThread()
+    try:
+        a = nodes()
+        b = nodes(peers=[f"127.0.0.1:{a.port}"])
+        _hang_up_mid_upgrade(a.port)
+        _hang_up_mid_upgrade(int(r.url.rsplit(":", 1)[1].split("/")[0]))
+        time.sleep(0.5)
+        assert a.wait_for(lambda: len(a.connected()) == 1 and len(b.connected()) == 1, 5)
+        b.publish(batch_for(b.ident, 1))  # the node still works
+        assert a.wait_for(lambda: a.counters["delivered"] == 1, 5)
+    finally:
+        r.close()
+    logged = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert logged == [], [rec.getMessage() for rec in logged]
