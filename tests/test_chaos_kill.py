@@ -14,9 +14,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import chaos_kill  # noqa: E402
 
-pytestmark = pytest.mark.slow
+
+def test_a_kill_before_the_first_checkpoint_leaves_no_round_recorded_twice(tmp_path):
+    """Found by the harness: rounds recorded before a kill that came before any checkpoint
+    were kept, so the resumed run recorded them twice."""
+    from scripted import make_cfg, make_node
+
+    from sapo_edge.swarm.transport import NullTransport
+    from sapo_edge.trainer import read_rewards
+
+    node = make_node(make_cfg(tmp_path), "a", NullTransport())
+    node.run_round()
+    node.run_round()  # killed now: 2 rounds recorded, no checkpoint
+    again = make_node(make_cfg(tmp_path, resume=True), "a", NullTransport())
+    assert again.resume() is False and again.round == 0
+    assert read_rewards(again.metrics_path) == []
+    again.run_round()
+    assert len(read_rewards(again.metrics_path)) == 1
 
 
+@pytest.mark.slow
 def test_killed_anywhere_a_node_resumes_to_the_uninterrupted_adapter(tiny_qwen, tmp_path):
     result = chaos_kill.run_kills(
         tiny_qwen, tmp_path, trials=4, rounds=3, seed=1, log=lambda _m: None
@@ -28,6 +45,7 @@ def test_killed_anywhere_a_node_resumes_to_the_uninterrupted_adapter(tiny_qwen, 
     assert s["same_adapter"] == 4
 
 
+@pytest.mark.slow
 def test_disk_full_during_a_checkpoint_keeps_the_previous_one_and_says_so(tiny_qwen, tmp_path):
     why = chaos_kill.can_mount()
     if why:
