@@ -269,12 +269,15 @@ def main() -> None:
         work = Path(tmp)
         os.chmod(work, 0o755)
         model = build_tiny_qwen(work / "tiny-qwen")
+        result = {}
         try:
             result = run_lan(model, work, a.nodes, a.netem, a.cut)
         finally:
-            a.out.mkdir(parents=True, exist_ok=True)
-            for f in work.glob("n*.out"):
-                shutil.copy(f, a.out / f"{a.name}-{f.name}")
+            if not result.get("ok"):  # the nodes' own output, to see why
+                logs = Path(tempfile.mkdtemp(prefix=f"sapo-{a.name}-logs-"))
+                for f in work.glob("n*.out"):
+                    shutil.copy(f, logs / f.name)
+                print(f"node output kept in {logs}", file=sys.stderr)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / f"{a.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
