@@ -3,9 +3,11 @@ to a bridge that lives in its own namespace (the host's network is not touched).
 runs `sapo-edge run --headless` on the tiny random Qwen2 with mDNS on: the nodes find each other
 by real multicast across the bridge, exchange and train. Then one namespace's link is cut
 (partition) and restored: the others drop it, and the heal time is how long until every node
-has it back. One run can add `tc netem` delay/loss on every link; round times are reported.
+has it back. One run can put a `tc` queueing discipline on every link (`netem` delay/loss where
+the kernel has it; the machine these figures come from lacks sch_netem, so there a `tbf` rate limit with a
+bounded queue stands in for a slow, congested Wi-Fi); round times are reported.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/chaos_lan.py --nodes 3 [--netem "delay 40ms 10ms loss 2%"]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/chaos_lan.py --nodes 3 [--qdisc "netem delay 40ms 10ms loss 2%"]
 """
 
 from __future__ import annotations
@@ -100,9 +102,16 @@ class Lan:
     def heal(self, i: int) -> None:
         _ip("ip", "link", "set", f"p{i}", "up", ns=self.hub)
 
-    def netem(self, spec: str) -> None:
+    def qdisc(self, spec: str) -> None:
+        """`tc qdisc add dev eth0 root SPEC` in every node's namespace."""
         for ns in self.nss:
-            _ip("tc", "qdisc", "add", "dev", "eth0", "root", "netem", *spec.split(), ns=ns)
+            try:
+                _ip("tc", "qdisc", "add", "dev", "eth0", "root", *spec.split(), ns=ns)
+            except RuntimeError as e:
+                raise RuntimeError(
+                    f"{e} (this kernel lacks that qdisc; `tbf rate 512kbit burst 16kbit "
+                    "latency 300ms` works on most)"
+                ) from None
 
     def close(self) -> None:
         for ns in reversed(self.made):
@@ -178,15 +187,16 @@ def run_lan(
     model: Path,
     work: Path,
     n: int = 3,
-    netem: str = "",
+    qdisc: str = "",
     cut_s: float = 30.0,
     timeout: float = 180.0,
 ) -> dict:
-    """Start n nodes, wait for a full mesh over mDNS, cut node n-1's link for cut_s, heal."""
-    out: dict = {"nodes": n, "netem": netem}
+    """Start n nodes, wait for a full mesh over mDNS, cut node n-1's link for cut_s, heal.
+    `qdisc`: a tc queueing discipline for every link ("netem delay 40ms loss 2%")."""
+    out: dict = {"nodes": n, "qdisc": qdisc}
     with Lan(n) as lan:
-        if netem:
-            lan.netem(netem)
+        if qdisc:
+            lan.qdisc(qdisc)
         procs = [NodeProc(ns, f"n{i}", model, work) for i, ns in enumerate(lan.nss)]
         try:
             ids = [""] * n
@@ -256,7 +266,7 @@ def run_lan(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--netem", default="", help='e.g. "delay 40ms 10ms loss 2%%"')
+    ap.add_argument("--qdisc", default="", help='e.g. "netem delay 40ms 10ms loss 2%%"')
     ap.add_argument("--cut", type=float, default=30.0, help="seconds the partition lasts")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "chaos")
     ap.add_argument("--name", default="lan")
@@ -271,7 +281,7 @@ def main() -> None:
         model = build_tiny_qwen(work / "tiny-qwen")
         result = {}
         try:
-            result = run_lan(model, work, a.nodes, a.netem, a.cut)
+            result = run_lan(model, work, a.nodes, a.qdisc, a.cut)
         finally:
             if not result.get("ok"):  # the nodes' own output, to see why
                 logs = Path(tempfile.mkdtemp(prefix=f"sapo-{a.name}-logs-"))
