@@ -498,8 +498,8 @@ class LinkLayer:
         """Read and handle one frame; True when the link must end."""
         raw = await read_raw(link.ws)
         if isinstance(raw, Closed):
-            if raw.reason == "no_pong":
-                self._reject(link.key, raw.reason)
+            if raw.reason == "no_pong":  # asleep or off the Wi-Fi: counted, never muted
+                self.book.reject(link.key, raw.reason, mute=False)
             elif raw.reason:  # transport-level junk: nobody proved they sent it
                 self._reject(link.addr, raw.reason)
             return True
