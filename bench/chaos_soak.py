@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROOM, SECRET = "soak", "soak room passphrase for the chaos harness"
 GRACE_S = 5.0  # a receiver must stay up this long after a publish to be expected to get it
 STABLE = 3  # nodes 0..STABLE-1 are never churned
+_LINK = {"closed", "no_pong", "timeout", "ws_error"}  # connection events, not messages
 
 
 # ---------------------------------------------------------------------------- one node
@@ -445,8 +446,11 @@ def check(result: dict) -> list[str]:
         out.append(f"delivery ratio {result['delivery_ratio']} (want >= 0.99)")
     if result["rejected_by_reason"]:
         out.append(f"honest batches rejected: {result['rejected_by_reason']}")
-    if result["relay"].get("rejected"):
-        out.append(f"the relay rejected: {result['relay']['rejected']}")
+    # a handshake cut short or a link gone silent is what a kill does to a connection, not a
+    # message refused: reported, not a failure
+    refused = {k: v for k, v in (result["relay"].get("rejected") or {}).items() if k not in _LINK}
+    if refused:
+        out.append(f"the relay rejected: {refused}")
     if not result["churn"]:
         out.append("no churn happened")
     return out
