@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint package-check clean
+.PHONY: venv demo test lint package-check soak-short clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -31,6 +31,11 @@ lint: venv
 # the documented install from the built wheel, in an empty HOME, without a C compiler
 package-check: venv
 	bash packaging/check_install.sh
+
+# 2 minutes of 10 node processes + the relay with churn; fails unless nothing honest is lost or
+# rejected (the 30-minute run: bench/chaos_soak.py --minutes 30, figures in docs/reliability.md)
+soak-short: venv
+	OMP_NUM_THREADS=1 $(PY) bench/chaos_soak.py --minutes 2 --check --out build/soak-short
 
 clean:
 	rm -rf $(VENV) runs

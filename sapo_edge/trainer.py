@@ -483,6 +483,7 @@ class Node:
             self.callback.on_message(
                 self.name, f"no checkpoint in {self.checkpoint_dir}: starting at round 0"
             )
+            self._truncate_metrics(0)  # rounds recorded before a kill are run again
             return False
         st = ckpt.state
         if st.get("model_id") != self.model_id:

@@ -219,9 +219,12 @@ def serve_admission(
     """An aiohttp handler for GET /admit (a websocket), for NetworkTransport's app; `notify` is
     called after every attempt (whatever its outcome)."""
 
-    async def handler(request: web.Request) -> web.WebSocketResponse:
+    async def handler(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=MAX_HANDSHAKE_BYTES, compress=False, timeout=2.0)
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            return web.Response(status=400)  # hung up first: aiohttp lets this write fail quietly
         try:
             async with asyncio.timeout(10.0):
                 await admit(ws, admissions, request.remote or "")

@@ -211,9 +211,13 @@ class RolloutVerifier:
                 raise BatchRejected("replay", "this batch was already received by this route.")
             return None
         now = time.time() if now is None else now
-        if abs(now - float(body["sent_at"])) > self.window_s:
+        skew = float(body["sent_at"]) - now
+        if abs(skew) > self.window_s:
             raise BatchRejected(
-                "expired", f"the batch was sent over {self.window_s:.0f} s from now (clock skew?)."
+                "expired",
+                f"{msg.sender[:8]}'s batch is stamped {abs(skew):.0f} s "
+                f"{'ahead of' if skew > 0 else 'behind'} this laptop's clock (over the "
+                f"{self.window_s:.0f} s allowed): set the date and time automatically on both.",
             )
         last = self.last_round.get(msg.sender)
         if last is not None and body["round"] < last - self.stale_rounds:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from sapo_edge.textsafe import clean
+
 from .batches import BatchRejected, RolloutVerifier, VerifiedBatch
 from .inbox import FairInbox
 from .peerbook import PeerBook
@@ -40,6 +42,7 @@ class Intake:
         self.verifier = RolloutVerifier(keys, window_s=window_s, stale_rounds=stale_rounds)
         self.inbox = FairInbox(inbox_limit, inbox_bytes)
         self.stats = StatsIntake(self_id, keys, book, notify)
+        self._skew_said: dict[str, float] = {}
 
     def accept(self, route: str, via: str, data: bytes, *, stats_only: bool = False) -> bool:
         """Open, verify and deliver one sealed batch that came by `route` (a peer's node id, or
@@ -80,6 +83,10 @@ class Intake:
             who = e.signer or route
             if who != route:
                 self.book.stat(who, None, "relay")
+            if e.reason == "expired":  # a wrong clock, not an attack: counted, said, never muted
+                self._say_skew(route, str(e))
+                self.book.reject(who, e.reason, mute=False)
+                return None
             return (self._reject(who, e.reason) and who == route) or None
         if batch is None:
             with self.book.changed:
@@ -109,3 +116,13 @@ class Intake:
 
     def _reject(self, key: str, reason: str) -> bool:
         return self.book.reject(key, reason)
+
+    def _say_skew(self, route: str, text: str) -> None:
+        """Tell the user about a peer's clock at most once a minute per route."""
+        now = time.monotonic()
+        if now - self._skew_said.get(route, -1e9) < 60.0:
+            return
+        if len(self._skew_said) > 1024:
+            self._skew_said.clear()
+        self._skew_said[route] = now
+        self.book.log(f"refusing batches from a peer whose clock is off: {clean(text, 300)}")

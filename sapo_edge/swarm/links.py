@@ -414,11 +414,16 @@ class LinkLayer:
         self._notify()
 
     # ----------------------------------------------------------------- serving
-    async def _serve_ws(self, request: web.Request) -> web.WebSocketResponse:
+    async def _serve_ws(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(
             heartbeat=self.heartbeat, max_msg_size=MAX_FRAME_BYTES, compress=False, timeout=2.0
         )
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            # the caller hung up before we answered (a dropped Wi-Fi, a port scan): a plain
+            # response, whose write aiohttp lets fail quietly (an unprepared websocket logs)
+            return web.Response(status=400)
         addr = f"ip:{request.remote}"
         try:
             session = await run_handshake(
@@ -484,14 +489,17 @@ class LinkLayer:
                 self._notify()
                 if not relay:
                     self.log(f"peer {link.name} ({key[:8]}) disconnected")
-            await ws.close()
+            try:
+                await ws.close()
+            except (ConnectionError, RuntimeError, aiohttp.ClientError):
+                pass  # already gone
 
     async def _read_frame(self, link: Link, st: PeerStats) -> bool:
         """Read and handle one frame; True when the link must end."""
         raw = await read_raw(link.ws)
         if isinstance(raw, Closed):
-            if raw.reason == "no_pong":
-                self._reject(link.key, raw.reason)
+            if raw.reason == "no_pong":  # asleep or off the Wi-Fi: counted, never muted
+                self.book.reject(link.key, raw.reason, mute=False)
             elif raw.reason:  # transport-level junk: nobody proved they sent it
                 self._reject(link.addr, raw.reason)
             return True

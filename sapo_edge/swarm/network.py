@@ -8,7 +8,7 @@ themselves (listening, dialing, handshakes) are in links.py.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 
 from aiohttp import web
@@ -110,6 +110,8 @@ class NetworkTransport(StatsChannel, LinkLayer):
             notify=self._notify,
         )
         self.verifier, self.inbox = self.intake.verifier, self.intake.inbox
+        self._sent_times: deque[float] = deque()  # when recent batches were published (pacing)
+        self._paced_said = -1e9
         # members' per-round stats (publish_stats, on_stats) come in through the intake too
         self.nats: NatsRoute | None = None
         if is_nats_url(relay):  # the room over a NATS server or cluster, sharded
@@ -141,6 +143,8 @@ class NetworkTransport(StatsChannel, LinkLayer):
                 "not publishing: groups must name this node's id as producer (peers refuse others)."
             )
             return
+        if not self._pace():
+            return
         msg, batch_id = make_rollouts(self.ident, self.keys, payload, max(g.round for g in groups))
         if len(msg) > MAX_MESSAGE_BYTES:
             with self._lock:
@@ -149,6 +153,29 @@ class NetworkTransport(StatsChannel, LinkLayer):
             return
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._broadcast, seal(self.keys, msg), batch_id)
+
+    def _pace(self) -> bool:
+        """Stay under the batches per minute that peers accept (theirs default to ours): a batch
+        over it is not sent (counted, said once a minute) rather than refused and counted
+        against this node by every peer, which would end in a mute."""
+        now = time.monotonic()
+        with self._lock:
+            sent = self._sent_times
+            while sent and sent[0] < now - 60.0:
+                sent.popleft()
+            if len(sent) < self.intake.max_batches_per_minute:
+                sent.append(now)
+                return True
+            self.counters["publish_paced"] += 1
+            say = now - self._paced_said >= 60.0
+            if say:
+                self._paced_said = now
+        if say:
+            self.log(
+                f"publishing faster than the {self.intake.max_batches_per_minute} batches a "
+                "minute peers accept: extra batches are not sent (training goes on)"
+            )
+        return False
 
     def receive(self) -> list[tuple[str, bytes]]:
         """What arrived since the last call; one call per round (the NATS budget's clock)."""

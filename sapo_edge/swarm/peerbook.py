@@ -85,18 +85,22 @@ class PeerBook:
                     st.name = name_for_id(st.node_id)
             return st
 
-    def reject(self, key: str, reason: str) -> bool:
-        """Count a rejection for `key`; True when it crosses the threshold and is now muted."""
+    def reject(self, key: str, reason: str, mute: bool = True) -> bool:
+        """Count a rejection for `key`; True when it crosses the threshold and is now muted.
+        mute=False counts it without moving toward a mute (an honest peer's wrong clock)."""
         st = self.stat(key, None, "")
         now = time.time()
         with self.changed:
             self.counters[f"rejected:{reason}"] += 1
             st.rejected += 1
             st.reasons[reason] += 1
-            st.recent.append(now)
+            if mute:
+                st.recent.append(now)
             while st.recent and st.recent[0] < now - self.reject_window:
                 st.recent.popleft()
             self.changed.notify_all()
+            if not mute:
+                return False
             if not is_node_id(key) or len(st.recent) < self.reject_threshold:
                 return False  # only a proven identity is muted, never an address or the relay
             st.mutes += 1

@@ -130,6 +130,9 @@ class Relay:
         )
         try:
             await ws.prepare(request)
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            return web.Response(status=400)  # hung up first: aiohttp lets this write fail quietly
+        try:
             try:  # the node speaks first; the relay answers on the node's route
                 session = await handshake(
                     ws,

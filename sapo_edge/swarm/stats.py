@@ -317,7 +317,8 @@ class StatsIntake:
             who = e.signer or route
             if who != route:
                 self.book.stat(who, None, "relay")
-            return self.book.reject(who, f"stats_{e.reason}") and who == route
+            mute = e.reason != "expired"  # a wrong clock is counted, never muted
+            return self.book.reject(who, f"stats_{e.reason}", mute=mute) and who == route
         with self.book.changed:
             self.counters["stats_duplicate" if verified is None else "stats_delivered"] += 1
         if verified is not None and self.on_stats is not None:
