@@ -100,7 +100,7 @@ def test_process_killed_mid_save_leaves_previous_latest(tmp_path: Path) -> None:
         save_checkpoint(Path({str(tmp_path)!r}), 2, write, {{"round": 2}})
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     assert len(tmp_dirs(tmp_path)) == 1  # the killed save's debris
     (tmp_path / "round-000003").mkdir()  # a round dir that never got its COMPLETE marker
@@ -185,6 +185,43 @@ def test_resaving_a_round_replaces_it(tmp_path: Path) -> None:
     assert (ckpt.path / "adapter.safetensors").read_bytes() == b"new weights"
     assert not (ckpt.path / "stale.bin").exists()
     assert tmp_dirs(tmp_path) == []
+
+
+def test_a_failed_resave_of_a_round_keeps_the_old_one(tmp_path: Path, monkeypatch) -> None:
+    """Re-saving round N (a run whose rounds are a multiple of checkpoint_every saves its last
+    round twice) moves the old round-N aside first: if publishing the new one fails, the old one
+    is put back, never lost."""
+    import sapo_edge.checkpoints as checkpoints
+
+    save(tmp_path, 3)
+    real_rename = os.rename
+
+    def rename(src, dst) -> None:
+        if Path(src).name.startswith(".tmp-round-"):  # publishing the new round-000003
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(checkpoints.os, "rename", rename)
+    with pytest.raises(OSError, match="I/O error"):
+        save_checkpoint(tmp_path, 3, writer(b"new weights"), {"round": 3, "second": True})
+    monkeypatch.undo()
+    ckpt = find_latest(tmp_path, log=pytest.fail)
+    assert ckpt is not None and ckpt.round == 3 and ckpt.state["config"] == {"lr": 1e-5}
+    assert (ckpt.path / "adapter.safetensors").read_bytes() == b"weights-3" * 100
+    assert tmp_dirs(tmp_path) == []
+
+
+def test_a_state_json_missing_from_the_manifest_is_not_trusted(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    del manifest["files"]["state.json"]  # state.json could now say anything unnoticed
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+    (path / "state.json").write_text('{"round": 99}')
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert logs == [f"skipping checkpoint {path}: corrupt: state.json not listed in manifest"]
 
 
 @pytest.mark.parametrize("state", [{"obj": object()}, {"loss": float("nan")}, {"t": (1, {2})}])

@@ -118,7 +118,7 @@ def test_mlx_run_killed_mid_run_resumes_from_its_last_checkpoint(tiny_qwen, tmp_
         if "solo round    2" in line:
             proc.kill()
             break
-    proc.wait()
+    proc.wait(timeout=60)
     proc.stdout.close()
     assert any("backend: mlx" in s for s in seen), "".join(seen)
     assert proc.returncode != 0, "the run finished before it could be killed"

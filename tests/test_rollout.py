@@ -172,6 +172,7 @@ BAD_GROUPS = [
     ("rewards shorter", with_(rewards=[1, 0]), "bad_shape"),
     ("negative round", with_(round=-1), "bad_value"),
     ("empty producer", with_(producer=""), "bad_value"),
+    ("empty model", with_(model=""), "bad_value"),
     ("task ref not object", with_(task_ref="basic_arithmetic"), "bad_task_ref"),
     (
         "task ref missing seed",
@@ -196,6 +197,21 @@ BAD_GROUPS = [
 )
 def test_bad_group_is_rejected_with_its_reason(d, code):
     assert reason(d) == code
+
+
+@pytest.mark.parametrize("rnd", [2**63, 10**30])
+def test_a_round_past_63_bits_is_refused_in_a_dict_and_on_the_wire(rnd):
+    with pytest.raises(RolloutError) as e:
+        RolloutGroup.from_dict(with_(round=rnd))
+    assert e.value.reason == "bad_value"
+    with pytest.raises(RolloutError) as e:  # the strict JSON parser stops it before from_dict
+        decode_batch(batch(with_(round=rnd)))
+    assert e.value.reason == "huge_int"
+
+
+def test_the_largest_round_and_a_one_character_model_are_accepted():
+    g = RolloutGroup.from_dict(with_(round=2**63 - 1, model="m", producer="p"))
+    assert (g.round, g.model, g.producer) == (2**63 - 1, "m", "p")
 
 
 def test_non_finite_numbers_are_rejected():

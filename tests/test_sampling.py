@@ -231,12 +231,12 @@ def test_thread_safety_counts_add_up():
     results: list[bool] = []
 
     def adder(first: int) -> None:
-        start.wait()
+        start.wait(60)
         for i in range(first, first + 600):  # the two adders overlap on 200 groups
             results.append(pool.add(rg(i, producer=f"peer-{i % 4}"), local_round=0))
 
     def sampler() -> None:
-        start.wait()
+        start.wait(60)
         rng = random.Random(0)
         for _ in range(150):
             sampled.extend(pool.sample(3, 0, verify, rng))
@@ -259,7 +259,8 @@ def test_thread_safety_counts_add_up():
         t.start()
     try:
         for t in threads:
-            t.join()
+            t.join(60)
+            assert not t.is_alive(), "a thread of the pool test is stuck (a deadlock?)"
     finally:
         sys.setswitchinterval(old_interval)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from swarm_util import RelayThread, batch_for, connect, keys_of, sealed
+from swarm_util import RelayThread, batch_for, connect, keys_of, read_until_closed, sealed
 
 from sapo_edge.swarm.handshake import KIND_SEALED
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.swarm.peer import Closed, Outbox, read_raw
+from sapo_edge.swarm.peer import Closed, Outbox
 from sapo_edge.swarm.relay import Relay, RelayLimits
 
 
@@ -142,8 +142,7 @@ def test_relay_limits_connections_per_ip_and_drops_dead_clients(relay_of) -> Non
         assert await asyncio.to_thread(_refused_at_accept, r.port)
         assert r.relay.stats()["connections_refused"] == 1
         await c2.close()
-        while not c1.ws.closed:  # the relay gives up on the silent client
-            await read_raw(c1.ws, timeout=5)
+        await read_until_closed(c1.ws)  # the relay gives up on the silent client
         assert r.wait_for(lambda: rejected(r, "no_pong") >= 1), r.relay.stats()["rejected"]
         await c1.close()
 
