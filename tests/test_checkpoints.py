@@ -100,7 +100,9 @@ def test_process_killed_mid_save_leaves_previous_latest(tmp_path: Path) -> None:
         save_checkpoint(Path({str(tmp_path)!r}), 2, write, {{"round": 2}})
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     assert len(tmp_dirs(tmp_path)) == 1  # the killed save's debris
     (tmp_path / "round-000003").mkdir()  # a round dir that never got its COMPLETE marker
