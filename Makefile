@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint package-check clean
+.PHONY: venv demo test lint mutate package-check clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -24,6 +24,13 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q
+
+# mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
+# so not part of `make test`; at low priority, on both cores
+mutate: venv
+	rm -rf mutants
+	OMP_NUM_THREADS=1 nice -n 19 $(VENV)/bin/mutmut run --max-children 2
+	$(PY) tests/mutation_score.py
 
 lint: venv
 	$(VENV)/bin/ruff check .
