@@ -86,33 +86,37 @@ def test_a_good_hello_and_bye_parse() -> None:
     assert b == Bye("shutdown", "bye now")
 
 
+BAD_MESSAGES = [
+    (b"x" * ((1 << 20) + 1), "too_large"),
+    (b"[" * 100 + b"]" * 100, "too_deep"),
+    (b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
+    (b'{"type":"bye","reason":Infinity,"message":""}', "non_finite"),
+    (b'{"type":"bye","reason":1' + b"0" * 40 + b',"message":""}', "huge_int"),
+    (b'{"type":"bye","type":"bye","reason":"a","message":""}', "duplicate_key"),
+    (b'{"type":"bye","reason":"\\ud800","message":""}', "bad_unicode"),
+    (b'{"type":"bye","reason":"\xff\xfe","message":""}', "bad_utf8"),
+    (b'{"type":"bye","reason":5,"message":""}', "bad_type"),
+    (b'{"type":"bye","reason":"a"}', "missing_field"),
+    (b'{"type":"bye","reason":"a","message":"","extra":1}', "unknown_field"),
+    (b'{"type":"gossip"}', "unknown_type"),
+    (b"[1,2]", "bad_type"),
+    (b"{nope", "bad_json"),
+    (json.dumps({"type": "bye", "reason": "r" * 41, "message": ""}).encode(), "too_large"),
+    (json.dumps(hello_dict(version=1)).encode(), "unknown_version"),
+    (json.dumps(hello_dict(node_id="0" * 32)).encode(), "bad_identity"),
+    (json.dumps(hello_dict(nonce="XYZ")).encode(), "bad_value"),
+    (json.dumps(hello_dict(role="boss")).encode(), "bad_value"),
+    (json.dumps(hello_dict(ephemeral="ab")).encode(), "bad_value"),
+    (json.dumps(hello_dict(room="ab" * 8)).encode(), "bad_value"),  # the old 16-hex room
+    (json.dumps(auth_dict(capabilities=[1])).encode(), "bad_type"),
+    (json.dumps(auth_dict(name="evil\x1b[2J")).encode(), "bad_value"),
+]
+
+
+# ids by position: the hello/auth cases hold fresh random keys (pytest-xdist and mutmut need
+# the same test names at every collection)
 @pytest.mark.parametrize(
-    "data, reason",
-    [
-        (b"x" * ((1 << 20) + 1), "too_large"),
-        (b"[" * 100 + b"]" * 100, "too_deep"),
-        (b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
-        (b'{"type":"bye","reason":Infinity,"message":""}', "non_finite"),
-        (b'{"type":"bye","reason":1' + b"0" * 40 + b',"message":""}', "huge_int"),
-        (b'{"type":"bye","type":"bye","reason":"a","message":""}', "duplicate_key"),
-        (b'{"type":"bye","reason":"\\ud800","message":""}', "bad_unicode"),
-        (b'{"type":"bye","reason":"\xff\xfe","message":""}', "bad_utf8"),
-        (b'{"type":"bye","reason":5,"message":""}', "bad_type"),
-        (b'{"type":"bye","reason":"a"}', "missing_field"),
-        (b'{"type":"bye","reason":"a","message":"","extra":1}', "unknown_field"),
-        (b'{"type":"gossip"}', "unknown_type"),
-        (b"[1,2]", "bad_type"),
-        (b"{nope", "bad_json"),
-        (json.dumps({"type": "bye", "reason": "r" * 41, "message": ""}).encode(), "too_large"),
-        (json.dumps(hello_dict(version=1)).encode(), "unknown_version"),
-        (json.dumps(hello_dict(node_id="0" * 32)).encode(), "bad_identity"),
-        (json.dumps(hello_dict(nonce="XYZ")).encode(), "bad_value"),
-        (json.dumps(hello_dict(role="boss")).encode(), "bad_value"),
-        (json.dumps(hello_dict(ephemeral="ab")).encode(), "bad_value"),
-        (json.dumps(hello_dict(room="ab" * 8)).encode(), "bad_value"),  # the old 16-hex room
-        (json.dumps(auth_dict(capabilities=[1])).encode(), "bad_type"),
-        (json.dumps(auth_dict(name="evil\x1b[2J")).encode(), "bad_value"),
-    ],
+    "data, reason", BAD_MESSAGES, ids=[f"{i}-{r}" for i, (_, r) in enumerate(BAD_MESSAGES)]
 )
 def test_every_bad_message_is_refused_with_its_reason(data: bytes, reason: str) -> None:
     assert reason_of(data) == reason
