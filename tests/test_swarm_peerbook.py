@@ -8,7 +8,10 @@ from collections import Counter
 
 import pytest
 
-from sapo_edge.swarm.peerbook import PeerBook
+from sapo_edge.swarm.identity import name_for_id
+from sapo_edge.swarm.peerbook import PeerBook, peer_name
+from sapo_edge.swarm.protocol import Auth
+from sapo_edge.textsafe import clean
 
 PEER = "ab" * 16  # a node id (32 hex digits)
 
@@ -64,3 +67,90 @@ def test_rejections_older_than_the_window_do_not_count_towards_a_mute(monkeypatc
     assert not b.reject(PEER, "bad_signature")
     assert b.reject(PEER, "bad_signature")  # three inside one window
     assert b.stats[PEER].muted_until == clock[0] + 30.0
+
+
+# --- the records themselves --------------------------------------------------------------------
+
+OTHER = "cd" * 16
+
+
+def auth(name: str, model: str = "m", backend: str = "cpu") -> Auth:
+    return Auth(b"", name, model, backend, ("rollouts/2",))
+
+
+def test_a_full_book_forgets_the_longest_silent_stranger_never_a_connected_peer():
+    b = book()
+    b.max_tracked = 3
+    for key, seen, connected in (
+        ("a" * 32, 10.0, False),
+        ("b" * 32, 5.0, True),
+        (PEER, 20.0, False),
+    ):
+        st = b.stat(key, None, "lan")
+        st.last_seen, st.connected = seen, connected
+    b.stat(OTHER, None, "lan")  # the fourth: the idle one heard last longest ago goes
+    assert sorted(b.stats) == sorted(["b" * 32, PEER, OTHER])
+    b.stats[PEER].connected = b.stats[OTHER].connected = True
+    b.stat("e" * 32, None, "lan")  # nobody idle to forget: the book grows past its cap
+    assert len(b.stats) == 4
+
+
+def test_an_authenticated_peer_is_shown_by_its_cleaned_announced_name():
+    b = book()
+    st = b.stat(PEER, auth("Ada\x1b[2J", "Qwen\x07", "mlx\n"), "relay", node_id=PEER)
+    assert (st.name, st.model, st.backend, st.via, st.node_id) == (
+        "Ada[2J",
+        "Qwen",
+        "mlx ",
+        "relay",
+        PEER,
+    )
+    unnamed = b.stat(OTHER, None, "lan")
+    assert unnamed.node_id == OTHER and unnamed.name == name_for_id(OTHER) and unnamed.via == "lan"
+    assert b.stat("ip:10.0.0.1", None, "lan").node_id == ""  # an address is no identity
+
+
+def test_a_peer_may_not_pass_as_someone_elses_derived_name():
+    assert peer_name("", PEER) == name_for_id(PEER)
+    assert peer_name(name_for_id(OTHER), PEER) == name_for_id(PEER)  # another id's shape
+    assert peer_name(name_for_id(PEER), PEER) == name_for_id(PEER)  # its own: fine
+    assert peer_name("  Ada  ", PEER) == "Ada"
+    assert peer_name("x" * 100, PEER) == clean("x" * 100, 40)
+    assert peer_name("", "") == ""
+
+
+def test_the_peers_table_tells_apart_two_peers_showing_one_name_and_shows_mutes():
+    b = book(threshold=1)
+    b.own_name = "me"
+    b.stat(PEER, auth("twin"), "lan", node_id=PEER)
+    b.stat(OTHER, auth("twin"), "relay", node_id=OTHER)
+    b.stat("e" * 32, auth("me"), "lan", node_id="e" * 32)
+    b.stat("f" * 32, auth("solo"), "lan", node_id="f" * 32)
+    b.stat("ip:10.0.0.1", None, "lan")  # no id: not a row
+    assert b.reject(PEER, "bad_signature")
+    rows = {p.node_id: p for p in b.peers()}
+    assert sorted(rows) == sorted([PEER, OTHER, "e" * 32, "f" * 32])
+    assert rows[PEER].name == f"twin#{PEER[:6]}" and rows[OTHER].name == f"twin#{OTHER[:6]}"
+    assert rows["e" * 32].name == "me#eeeeee" and rows["f" * 32].name == "solo"
+    assert rows[PEER].muted and not rows[OTHER].muted
+    assert rows[PEER].rejections == {"bad_signature": 1} and rows[PEER].rejected == 1
+    assert (rows[OTHER].connection, rows[OTHER].model, rows[OTHER].backend) == ("relay", "m", "cpu")
+
+
+def test_rejections_by_key_and_in_total():
+    b = book(threshold=100)
+    b.reject(PEER, "bad_signature")
+    b.reject(PEER, "replay")
+    b.reject("ip:10.0.0.1", "replay")
+    assert b.rejections(PEER) == Counter({"bad_signature": 1, "replay": 1})
+    assert b.rejections("relay:nowhere") == Counter()
+    assert b.rejections() == Counter({"bad_signature": 1, "replay": 2})
+
+
+def test_a_peers_batches_per_minute_are_counted_over_a_sliding_minute():
+    b = book()
+    st = b.stat(PEER, None, "lan")
+    assert [b.rate_ok(st, 100.0 + i, 3) for i in range(4)] == [True, True, True, False]
+    assert not b.rate_ok(st, 159.9, 3)  # the first three are still inside the minute
+    assert b.rate_ok(st, 160.5, 3)  # the first (t=100) has left it
+    assert len(st.batches) == 3

@@ -15,14 +15,22 @@ from swarm_util import batch_for, group
 
 from sapo_edge.rollout import encode_batch
 from sapo_edge.swarm.batches import RolloutVerifier, make_rollouts, seal
-from sapo_edge.swarm.identity import Identity, IdentityError, load_or_create, name_for_id
+from sapo_edge.swarm.identity import (
+    Identity,
+    IdentityError,
+    load_or_create,
+    name_for_id,
+    verify,
+)
 from sapo_edge.swarm.protocol import (
     Auth,
     Bye,
     Hello,
     ProtocolError,
     Rollouts,
+    known_reason,
     make_auth,
+    make_bye,
     make_hello,
     new_nonce,
     parse_message,
@@ -230,3 +238,28 @@ def test_replays_expired_and_stale_batches_are_refused_but_a_second_route_is_a_d
     assert v.verify(signed(ident, round_=20), "lan") is not None
     msg_old, _ = make_rollouts(ident, KEYS, batch_for(ident, 5), 5)
     assert verify_reason(v, parse_message(msg_old)) == "stale_round"
+
+
+# --- what each side signs and sends about itself ----------------------------------------------
+
+
+def test_auth_signs_the_role_and_transcript_under_the_v2_label_and_caps_each_field():
+    ident = Identity.generate()
+    t = bytes(range(32))
+    msg = parse_message(
+        make_auth(ident, "node", t, name="n" * 100, model="m" * 300, backend="b" * 100)
+    )
+    assert isinstance(msg, Auth)
+    assert (msg.name, msg.model, msg.backend) == ("n" * 64, "m" * 200, "b" * 40)
+    assert msg.capabilities == ("rollouts/2",)
+    signed = b"sapo-edge/2 auth\x00node\x00" + t  # the wire format, spelled out here
+    assert verify(ident.public_key, msg.signature, signed)
+    assert not verify(ident.public_key, msg.signature, b"sapo-edge/2 auth\x00relay\x00" + t)
+    plain = parse_message(make_auth(ident, "relay", t))
+    assert (plain.name, plain.model, plain.backend) == (ident.name, "", "")
+
+
+def test_a_bye_carries_only_known_reasons_and_a_capped_message():
+    assert parse_message(make_bye("muted", "too many.")) == Bye("muted", "too many.")
+    assert parse_message(make_bye("made-up", "x" * 600)) == Bye("other", "x" * 500)
+    assert known_reason("replay") == "replay" and known_reason("\x1b[2J") == "other"
