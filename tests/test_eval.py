@@ -1,5 +1,6 @@
 """`sapo-edge eval`: held-out pass@1 on questions no node trains on, base model or checkpoint."""
 
+import pytest
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.cli import main
@@ -40,6 +41,7 @@ def test_heldout_seeds_lie_past_every_seed_a_node_can_use():
         assert all(t.ref.seed >= 2**31 for t in heldout_tasks(cfg, 2, seed=seed))
 
 
+@pytest.mark.slow
 def test_eval_of_the_base_model_and_of_a_checkpoint(tiny_qwen, tmp_path, capsys):
     common = ["--model", str(tiny_qwen), *ADD, "--max-new-tokens", "6", "--lenient"]
     assert main(["eval", *common, "--questions", "3", "--samples", "2"]) == 0
@@ -85,6 +87,7 @@ def test_eval_of_the_base_model_and_of_a_checkpoint(tiny_qwen, tmp_path, capsys)
     )
 
 
+@pytest.mark.slow
 def test_eval_without_a_checkpoint_there_says_so(tiny_qwen, tmp_path, capsys):
     rc = main(
         [
