@@ -28,6 +28,7 @@ from sapo_edge.swarm.protocol import (
     Hello,
     ProtocolError,
     Rollouts,
+    check_fields,
     known_reason,
     make_auth,
     make_bye,
@@ -263,3 +264,16 @@ def test_a_bye_carries_only_known_reasons_and_a_capped_message():
     assert parse_message(make_bye("muted", "too many.")) == Bye("muted", "too many.")
     assert parse_message(make_bye("made-up", "x" * 600)) == Bye("other", "x" * 500)
     assert known_reason("replay") == "replay" and known_reason("\x1b[2J") == "other"
+
+
+def test_field_checks_say_what_is_wrong_in_words():
+    spec = {"a": ("str", 8), "b": ("int", 0)}
+    for obj, reason, message in (
+        ([1], "bad_type", "a thing must be a JSON object."),
+        ({}, "missing_field", "thing lacks a, b."),
+        ({"a": "x", "b": 1, "c": 2}, "unknown_field", "thing has unknown field(s) c."),
+    ):
+        with pytest.raises(ProtocolError) as e:
+            check_fields(obj, spec, "thing")
+        assert (e.value.reason, str(e.value)) == (reason, message)
+    assert check_fields({"a": "x", "b": 1}, spec, "thing") == {"a": "x", "b": 1}
