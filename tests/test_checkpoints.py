@@ -126,6 +126,47 @@ def test_tmp_dir_of_a_live_process_is_not_pruned(tmp_path: Path) -> None:
     assert live.is_dir()
 
 
+def test_tmp_dirs_left_by_this_process_or_a_dead_one_are_pruned(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ours = tmp_path / f".tmp-round-000009-{os.getpid()}-abcd1234"  # an earlier save of ours
+    gone = tmp_path / f".tmp-round-000009-{int(dead.stdout)}-abcd1234"
+    for d in (ours, gone):
+        d.mkdir(parents=True)
+    save(tmp_path, 1)
+    assert tmp_dirs(tmp_path) == []
+
+
+def _rewrite(path: Path, name: str, data: bytes) -> None:
+    """Replace one file of a checkpoint and make its manifest agree (a consistent bad save)."""
+    import hashlib
+
+    (path / name).write_bytes(data)
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [(b"{not json", "unreadable state.json"), (b"[1, 2]", "state.json is not a JSON object")],
+)
+def test_a_state_json_that_is_no_json_object_is_skipped_with_its_reason(
+    tmp_path: Path, data: bytes, reason: str
+) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    _rewrite(path, "state.json", data)
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert logs == [f"skipping checkpoint {path}: corrupt: {reason}"]
+
+
 def test_flipped_byte_is_skipped_with_message(tmp_path: Path) -> None:
     save(tmp_path, 1)
     newest = save(tmp_path, 2)

@@ -116,6 +116,20 @@ def test_group_id_depends_on_task_and_completions_only():
     )
 
 
+def test_encode_takes_a_batch_exactly_at_its_caps_and_checks_groups_with_its_limits():
+    one = len(encode_batch([group()]))
+    assert decode_batch(encode_batch([group()], Limits(max_batch_bytes=one)))  # exactly at the cap
+    two = Limits(max_groups_per_batch=2)
+    assert len(decode_batch(encode_batch([group(), group(round=2)], two), two)) == 2
+    with pytest.raises(RolloutError) as e:  # a peer with these limits would refuse the model id
+        encode_batch([group()], Limits(max_id_chars=4))
+    assert e.value.reason == "too_large"
+    with pytest.raises(RolloutError, match="batch has 3 groups, over the limit of 2; split it"):
+        encode_batch([group()] * 3, two)
+    with pytest.raises(RolloutError, match=f"batch is {one} bytes, over the {one - 1}-byte limit"):
+        encode_batch([group()], Limits(max_batch_bytes=one - 1))
+
+
 def test_encode_refuses_what_peers_would_reject():
     with pytest.raises(RolloutError) as e:
         encode_batch([group(rewards=(float("nan"), 0.0, 1.0))])
