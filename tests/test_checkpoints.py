@@ -300,3 +300,19 @@ def test_backend_may_not_write_reserved_names(tmp_path: Path) -> None:
 def test_bad_arguments(tmp_path: Path, rnd, keep) -> None:
     with pytest.raises(CheckpointError):
         save_checkpoint(tmp_path, rnd, writer(b"x"), {}, keep=keep)
+
+
+def test_round_zero_keep_one_and_the_default_keep_of_three(tmp_path: Path) -> None:
+    assert save(tmp_path / "zero", 0).name == "round-000000"  # a run saved before its first round
+    for rnd in range(1, 4):
+        save(tmp_path / "one", rnd, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path / "one")] == ["round-000003"]
+    for rnd in range(1, 6):
+        save_checkpoint(tmp_path / "dflt", rnd, writer(b"w"), {"round": rnd})
+    assert [p.name[-1] for p in list_checkpoints(tmp_path / "dflt")] == ["3", "4", "5"]
+    with pytest.raises(CheckpointError, match="keep must be an integer >= 1, got 0"):
+        save_checkpoint(tmp_path, 1, writer(b"w"), {}, keep=0)
+    with pytest.raises(CheckpointError, match="round must be a non-negative integer, got -1"):
+        save_checkpoint(tmp_path, -1, writer(b"w"), {})
+    with pytest.raises(CheckpointError, match="checkpoint state must be a dict, got list"):
+        save_checkpoint(tmp_path, 1, writer(b"w"), [])  # type: ignore[arg-type]
