@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test lint package-check soak-short clean
+.PHONY: venv demo test test-fast lint mutate package-check soak-short clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -24,6 +24,18 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q
+
+# the quick loop while editing: everything but the tests marked `slow` (model runs, subprocess
+# CLIs, scale); `make test` (and CI) still runs them all
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow"
+
+# mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
+# so not part of `make test`; at low priority, on both cores
+mutate: venv
+	rm -rf mutants
+	OMP_NUM_THREADS=1 nice -n 19 $(VENV)/bin/mutmut run --max-children 2
+	$(PY) tests/mutation_score.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

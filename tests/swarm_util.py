@@ -3,6 +3,7 @@ NetworkTransports with short heartbeats and timeouts."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sapo_edge.rollout import RolloutGroup, encode_batch
@@ -193,3 +194,13 @@ async def connect(
         await http.close()
         raise
     return Client(http, ws, session)
+
+
+async def read_until_closed(ws: Any, within: float = 10.0) -> None:
+    """Read (and ignore) frames until the other side closes `ws`: TimeoutError after `within`
+    seconds, so a side that never hangs up fails the test instead of hanging it."""
+    from sapo_edge.swarm.peer import read_raw
+
+    async with asyncio.timeout(within):
+        while not ws.closed:
+            await read_raw(ws, timeout=within)

@@ -47,6 +47,8 @@ def test_is_informative():
     assert is_informative([0.5, 0.5 + 1e-6])
     assert not is_informative([1, 1, 1])
     assert not is_informative([0.0, 1e-12])
+    assert not is_informative([0.0, 1e-9])  # a spread of exactly the tolerance is noise
+    assert is_informative([0.0, 1e-9], tol=0.5e-9)
     assert not is_informative([1.0])
     assert not is_informative([])
 

@@ -100,7 +100,9 @@ def test_process_killed_mid_save_leaves_previous_latest(tmp_path: Path) -> None:
         save_checkpoint(Path({str(tmp_path)!r}), 2, write, {{"round": 2}})
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     assert len(tmp_dirs(tmp_path)) == 1  # the killed save's debris
     (tmp_path / "round-000003").mkdir()  # a round dir that never got its COMPLETE marker
@@ -122,6 +124,47 @@ def test_tmp_dir_of_a_live_process_is_not_pruned(tmp_path: Path) -> None:
     live.mkdir(parents=True)
     save(tmp_path, 1)
     assert live.is_dir()
+
+
+def test_tmp_dirs_left_by_this_process_or_a_dead_one_are_pruned(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ours = tmp_path / f".tmp-round-000009-{os.getpid()}-abcd1234"  # an earlier save of ours
+    gone = tmp_path / f".tmp-round-000009-{int(dead.stdout)}-abcd1234"
+    for d in (ours, gone):
+        d.mkdir(parents=True)
+    save(tmp_path, 1)
+    assert tmp_dirs(tmp_path) == []
+
+
+def _rewrite(path: Path, name: str, data: bytes) -> None:
+    """Replace one file of a checkpoint and make its manifest agree (a consistent bad save)."""
+    import hashlib
+
+    (path / name).write_bytes(data)
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [(b"{not json", "unreadable state.json"), (b"[1, 2]", "state.json is not a JSON object")],
+)
+def test_a_state_json_that_is_no_json_object_is_skipped_with_its_reason(
+    tmp_path: Path, data: bytes, reason: str
+) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    _rewrite(path, "state.json", data)
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert logs == [f"skipping checkpoint {path}: corrupt: {reason}"]
 
 
 def test_flipped_byte_is_skipped_with_message(tmp_path: Path) -> None:
@@ -187,6 +230,43 @@ def test_resaving_a_round_replaces_it(tmp_path: Path) -> None:
     assert tmp_dirs(tmp_path) == []
 
 
+def test_a_failed_resave_of_a_round_keeps_the_old_one(tmp_path: Path, monkeypatch) -> None:
+    """Re-saving round N (a run whose rounds are a multiple of checkpoint_every saves its last
+    round twice) moves the old round-N aside first: if publishing the new one fails, the old one
+    is put back, never lost."""
+    import sapo_edge.checkpoints as checkpoints
+
+    save(tmp_path, 3)
+    real_rename = os.rename
+
+    def rename(src, dst) -> None:
+        if Path(src).name.startswith(".tmp-round-"):  # publishing the new round-000003
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(checkpoints.os, "rename", rename)
+    with pytest.raises(OSError, match="I/O error"):
+        save_checkpoint(tmp_path, 3, writer(b"new weights"), {"round": 3, "second": True})
+    monkeypatch.undo()
+    ckpt = find_latest(tmp_path, log=pytest.fail)
+    assert ckpt is not None and ckpt.round == 3 and ckpt.state["config"] == {"lr": 1e-5}
+    assert (ckpt.path / "adapter.safetensors").read_bytes() == b"weights-3" * 100
+    assert tmp_dirs(tmp_path) == []
+
+
+def test_a_state_json_missing_from_the_manifest_is_not_trusted(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    del manifest["files"]["state.json"]  # state.json could now say anything unnoticed
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+    (path / "state.json").write_text('{"round": 99}')
+    logs: list[str] = []
+    ckpt = find_latest(tmp_path, log=logs.append)
+    assert ckpt is not None and ckpt.round == 1
+    assert logs == [f"skipping checkpoint {path}: corrupt: state.json not listed in manifest"]
+
+
 @pytest.mark.parametrize("state", [{"obj": object()}, {"loss": float("nan")}, {"t": (1, {2})}])
 def test_non_json_state_raises_before_writing(tmp_path: Path, state: dict) -> None:
     save(tmp_path, 1)
@@ -220,3 +300,19 @@ def test_backend_may_not_write_reserved_names(tmp_path: Path) -> None:
 def test_bad_arguments(tmp_path: Path, rnd, keep) -> None:
     with pytest.raises(CheckpointError):
         save_checkpoint(tmp_path, rnd, writer(b"x"), {}, keep=keep)
+
+
+def test_round_zero_keep_one_and_the_default_keep_of_three(tmp_path: Path) -> None:
+    assert save(tmp_path / "zero", 0).name == "round-000000"  # a run saved before its first round
+    for rnd in range(1, 4):
+        save(tmp_path / "one", rnd, keep=1)
+    assert [p.name for p in list_checkpoints(tmp_path / "one")] == ["round-000003"]
+    for rnd in range(1, 6):
+        save_checkpoint(tmp_path / "dflt", rnd, writer(b"w"), {"round": rnd})
+    assert [p.name[-1] for p in list_checkpoints(tmp_path / "dflt")] == ["3", "4", "5"]
+    with pytest.raises(CheckpointError, match="keep must be an integer >= 1, got 0"):
+        save_checkpoint(tmp_path, 1, writer(b"w"), {}, keep=0)
+    with pytest.raises(CheckpointError, match="round must be a non-negative integer, got -1"):
+        save_checkpoint(tmp_path, -1, writer(b"w"), {})
+    with pytest.raises(CheckpointError, match="checkpoint state must be a dict, got list"):
+        save_checkpoint(tmp_path, 1, writer(b"w"), [])  # type: ignore[arg-type]

@@ -91,7 +91,7 @@ def test_keys_drive_a_real_host(host) -> None:
             assert host.code.split("-")[0] != old.split("-")[0]  # another number: the old
             assert old.split("-")[0] not in host.admissions.codes  # code reads as replaced
             await pilot.press("r")
-            await app.workers.wait_for_complete()
+            await asyncio.wait_for(app.workers.wait_for_complete(), 120)
             assert [p.name for p in app.report_paths] == [
                 "class.csv",
                 "class.json",

@@ -1,5 +1,6 @@
 """`sapo-edge eval`: held-out pass@1 on questions no node trains on, base model or checkpoint."""
 
+import pytest
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.cli import main
@@ -28,6 +29,19 @@ def test_heldout_questions_are_fixed_and_outside_every_node_stream():
     assert [t.question for t in heldout_tasks(cfg, 8, seed=1)] != [t.question for t in first]
 
 
+def test_heldout_seeds_lie_past_every_seed_a_node_can_use():
+    """Node seeds are 31-bit (a sha256 prefix mod 2**31, whatever the node id and base seed);
+    the held-out stream's seed, for any eval --seed a user passes, must lie past all of them.
+    Checked against the literal 2**31, not against the constant under test."""
+    cfg = Config(
+        domains={"basic_arithmetic": 1.0}, domain_configs={"basic_arithmetic": ONE_DIGIT_ADD}
+    )
+    assert all(0 <= node_seed(f"node-{i}", base) < 2**31 for i in range(200) for base in (0, 7))
+    for seed in (0, 1, 12345, 2**31 - 1):
+        assert all(t.ref.seed >= 2**31 for t in heldout_tasks(cfg, 2, seed=seed))
+
+
+@pytest.mark.slow
 def test_eval_of_the_base_model_and_of_a_checkpoint(tiny_qwen, tmp_path, capsys):
     common = ["--model", str(tiny_qwen), *ADD, "--max-new-tokens", "6", "--lenient"]
     assert main(["eval", *common, "--questions", "3", "--samples", "2"]) == 0
@@ -73,6 +87,7 @@ def test_eval_of_the_base_model_and_of_a_checkpoint(tiny_qwen, tmp_path, capsys)
     )
 
 
+@pytest.mark.slow
 def test_eval_without_a_checkpoint_there_says_so(tiny_qwen, tmp_path, capsys):
     rc = main(
         [

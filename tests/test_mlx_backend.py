@@ -59,7 +59,8 @@ def test_select_and_load_backend_build_mlx(tiny_qwen):
 
 
 def test_parity_with_torch_logprobs_loss_and_gradient(tiny_qwen, tmp_path):
-    cfg = _cfg(tiny_qwen, beta=0.1)  # the KL term makes the loss depend on the weights
+    # the KL term makes the loss depend on the weights; T != 1: both divide the logits by it
+    cfg = _cfg(tiny_qwen, beta=0.1, temperature=0.7)
     t = TorchBackend(tiny_qwen, cfg, adapter="par_t", device="cpu", **QUIET)
     SAMPLES = _samples(t)
     t.train_step(SAMPLES)  # LoRA B becomes non-zero: the adapter changes the outputs

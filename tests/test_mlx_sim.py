@@ -50,6 +50,7 @@ def _metrics(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_torch_node_and_mlx_node_exchange_rollouts_and_both_train(tiny_qwen, tmp_path):
     cfg = Config(
         model=str(tiny_qwen),
@@ -87,6 +88,7 @@ def test_torch_node_and_mlx_node_exchange_rollouts_and_both_train(tiny_qwen, tmp
         n.backend.close()
 
 
+@pytest.mark.slow
 def test_cli_sim_with_node_backends_torch_and_mlx(tiny_qwen, tmp_path, capsys):
     out = tmp_path / "sim"
     args = ["sim", "--model", str(tiny_qwen), "--nodes", "2", "--rounds", "2"]
@@ -99,6 +101,7 @@ def test_cli_sim_with_node_backends_torch_and_mlx(tiny_qwen, tmp_path, capsys):
     assert list((out / "node-1" / "checkpoints").glob("round-*/optimizer.safetensors"))
 
 
+@pytest.mark.slow
 def test_mlx_run_killed_mid_run_resumes_from_its_last_checkpoint(tiny_qwen, tmp_path, capsys):
     out = tmp_path / "run"
     common = ["run", "--headless", "--backend", "mlx", "--model", str(tiny_qwen)]
@@ -118,7 +121,7 @@ def test_mlx_run_killed_mid_run_resumes_from_its_last_checkpoint(tiny_qwen, tmp_
         if "solo round    2" in line:
             proc.kill()
             break
-    proc.wait()
+    proc.wait(timeout=60)
     proc.stdout.close()
     assert any("backend: mlx" in s for s in seen), "".join(seen)
     assert proc.returncode != 0, "the run finished before it could be killed"

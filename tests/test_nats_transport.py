@@ -278,6 +278,7 @@ def test_hostile_payloads_through_nats_get_the_relays_counted_rejections(cluster
     assert not any(p.muted for p in n.peers())  # a route is charged, never muted
 
 
+@pytest.mark.slow
 def test_a_thousand_scripted_nodes_keep_inbound_under_the_budget(cluster) -> None:
     """1,000 simulated nodes (bench/scale_nodes.py: real Intake, real NatsRoute), 20 to a NATS
     connection, spread over the cluster; each publishes one batch a round. Over everything

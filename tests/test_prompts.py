@@ -69,6 +69,8 @@ def test_extract_last_number(text: str, expected: str | None) -> None:
         ("<answer> 42 </answer>", True),
         ("<answer>   </answer>", False),
         ("<answer>1</answer><answer>2</answer>", False),
+        ("<answer>1<answer>2</answer>", False),  # two openings, one closing
+        ("<answer>1</answer>2</answer>", False),  # one opening, two closings
         ("</answer>42<answer>", False),
         ("<answer>42", False),
         ("42", False),

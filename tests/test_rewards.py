@@ -125,6 +125,11 @@ def test_megabyte_completions_are_scored_fast(task: Task) -> None:
         ({"format_reward": -0.1}, "format_reward must be between 0 and 1"),
         ({"max_answer_chars": 0}, "max_answer_chars must be a positive integer"),
         ({"max_answer_chars": 10.5}, "max_answer_chars must be a positive integer"),
+        ({"lenient_credit": True}, "lenient_credit must be between 0 and 1"),  # a bool: no
+        ({"lenient_credit": "0.5"}, "lenient_credit must be between 0 and 1"),
+        ({"format_reward": True}, "format_reward must be between 0 and 1"),
+        ({"format_reward": 1.5}, "format_reward must be between 0 and 1"),
+        ({"format_reward": float("inf")}, "format_reward must be between 0 and 1"),
         ({"lenient": "yes"}, "lenient must be true or false"),
         ({"partial_credit": 1}, "partial_credit must be true or false"),
     ],
@@ -134,6 +139,19 @@ def test_reward_config_rejects_bad_values(kwargs: dict, message: str) -> None:
         RewardConfig(**kwargs)
 
 
+def test_reward_config_takes_the_ends_of_its_ranges() -> None:
+    for lenient_credit, format_reward in ((0.0, 0.0), (1.0, 1.0), (0, 1)):
+        cfg = RewardConfig(lenient_credit=lenient_credit, format_reward=format_reward)
+        assert (cfg.lenient_credit, cfg.format_reward) == (lenient_credit, format_reward)
+    assert RewardConfig(max_answer_chars=1).max_answer_chars == 1
+
+
+def test_an_answer_exactly_max_answer_chars_long_is_scored(task: Task) -> None:
+    cfg = RewardConfig(max_answer_chars=len(task.answer))
+    assert score_completion(task, f"<answer>{task.answer}</answer>", cfg) == 1.0
+    assert score_completion(task, f"<answer> {task.answer}0</answer>", cfg) == 0.0  # one over
+
+
 def test_completion_must_be_text(task: Task) -> None:
-    with pytest.raises(TypeError, match="decode it"):
+    with pytest.raises(TypeError, match="got bytes; decode it"):
         score_completion(task, b"<answer>5</answer>")  # type: ignore[arg-type]

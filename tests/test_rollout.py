@@ -116,6 +116,20 @@ def test_group_id_depends_on_task_and_completions_only():
     )
 
 
+def test_encode_takes_a_batch_exactly_at_its_caps_and_checks_groups_with_its_limits():
+    one = len(encode_batch([group()]))
+    assert decode_batch(encode_batch([group()], Limits(max_batch_bytes=one)))  # exactly at the cap
+    two = Limits(max_groups_per_batch=2)
+    assert len(decode_batch(encode_batch([group(), group(round=2)], two), two)) == 2
+    with pytest.raises(RolloutError) as e:  # a peer with these limits would refuse the model id
+        encode_batch([group()], Limits(max_id_chars=4))
+    assert e.value.reason == "too_large"
+    with pytest.raises(RolloutError, match="batch has 3 groups, over the limit of 2; split it"):
+        encode_batch([group()] * 3, two)
+    with pytest.raises(RolloutError, match=f"batch is {one} bytes, over the {one - 1}-byte limit"):
+        encode_batch([group()], Limits(max_batch_bytes=one - 1))
+
+
 def test_encode_refuses_what_peers_would_reject():
     with pytest.raises(RolloutError) as e:
         encode_batch([group(rewards=(float("nan"), 0.0, 1.0))])
@@ -172,6 +186,7 @@ BAD_GROUPS = [
     ("rewards shorter", with_(rewards=[1, 0]), "bad_shape"),
     ("negative round", with_(round=-1), "bad_value"),
     ("empty producer", with_(producer=""), "bad_value"),
+    ("empty model", with_(model=""), "bad_value"),
     ("task ref not object", with_(task_ref="basic_arithmetic"), "bad_task_ref"),
     (
         "task ref missing seed",
@@ -196,6 +211,21 @@ BAD_GROUPS = [
 )
 def test_bad_group_is_rejected_with_its_reason(d, code):
     assert reason(d) == code
+
+
+@pytest.mark.parametrize("rnd", [2**63, 10**30])
+def test_a_round_past_63_bits_is_refused_in_a_dict_and_on_the_wire(rnd):
+    with pytest.raises(RolloutError) as e:
+        RolloutGroup.from_dict(with_(round=rnd))
+    assert e.value.reason == "bad_value"
+    with pytest.raises(RolloutError) as e:  # the strict JSON parser stops it before from_dict
+        decode_batch(batch(with_(round=rnd)))
+    assert e.value.reason == "huge_int"
+
+
+def test_the_largest_round_and_a_one_character_model_are_accepted():
+    g = RolloutGroup.from_dict(with_(round=2**63 - 1, model="m", producer="p"))
+    assert (g.round, g.model, g.producer) == (2**63 - 1, "m", "p")
 
 
 def test_non_finite_numbers_are_rejected():

@@ -231,12 +231,12 @@ def test_thread_safety_counts_add_up():
     results: list[bool] = []
 
     def adder(first: int) -> None:
-        start.wait()
+        start.wait(60)
         for i in range(first, first + 600):  # the two adders overlap on 200 groups
             results.append(pool.add(rg(i, producer=f"peer-{i % 4}"), local_round=0))
 
     def sampler() -> None:
-        start.wait()
+        start.wait(60)
         rng = random.Random(0)
         for _ in range(150):
             sampled.extend(pool.sample(3, 0, verify, rng))
@@ -259,7 +259,8 @@ def test_thread_safety_counts_add_up():
         t.start()
     try:
         for t in threads:
-            t.join()
+            t.join(60)
+            assert not t.is_alive(), "a thread of the pool test is stuck (a deadlock?)"
     finally:
         sys.setswitchinterval(old_interval)
 
@@ -302,3 +303,63 @@ def test_pool_state_round_trips_and_a_stopped_round_gives_its_groups_back():
     assert ExternalPool("me").load_state_dict(old) == 1
     with pytest.raises(ValueError, match="saved state"):
         ExternalPool("me").load_state_dict({"version": 99})
+
+
+def sized(i: int, producer: str, n: int) -> RolloutGroup:
+    """A group holding 2n + 2 characters of text: question n, answer 1, completions n and 1."""
+    return RolloutGroup(
+        task_ref=TaskRef.make("basic_arithmetic", {}, seed=2, index=i),
+        question="q" * (n - len(str(i))) + str(i),
+        reference_answer="1",
+        completions=("a" * n, "b"),
+        rewards=(1.0, 0.0),
+        producer=producer,
+        model="m",
+        round=0,
+        created_at=0.0,
+    )
+
+
+def ids(pool: ExternalPool) -> list[str]:
+    return [e.group.question for e in pool.snapshot()[0].values()]
+
+
+def test_over_its_text_budget_the_pool_drops_the_oldest_group_of_the_biggest_producer():
+    pool = ExternalPool("me", max_chars=906)  # honest 102 + flood 402 + 402 = 906: fits exactly
+    assert pool.add(sized(1, "honest", 50), 0)
+    assert pool.add(sized(2, "flood", 200), 0) and pool.add(sized(3, "flood", 200), 0)
+    assert len(ids(pool)) == 3 and pool.stats()["evicted"] == 0
+    assert pool.add(sized(4, "flood", 200), 0)  # 1308 > 906: flood holds most, its oldest goes
+    assert [q[-1] for q in ids(pool)] == ["1", "3", "4"] and pool.stats()["evicted"] == 1
+    assert pool.add(sized(5, "honest", 50), 0)  # 1008: flood (804) still holds most
+    assert [q[-1] for q in ids(pool)] == ["1", "4", "5"] and pool.stats()["evicted"] == 2
+    # the producer holding the most text loses, whatever its name sorts as
+    small = ExternalPool("me", max_chars=500)
+    small.add(sized(1, "zz-honest", 50), 0)
+    small.add(sized(2, "aa-flood", 200), 0)  # 504 > 500
+    assert [q[-1] for q in ids(small)] == ["1"]
+
+
+def test_a_single_group_over_the_text_budget_is_kept_alone():
+    pool = ExternalPool("me", max_chars=100)
+    assert pool.add(sized(1, "p", 200), 0) and len(pool) == 1 and pool.stats()["evicted"] == 0
+
+
+def test_a_loaded_pool_keeps_arrival_rounds_text_sizes_and_skips_only_bad_groups():
+    pool = ExternalPool("me", max_chars=906)
+    pool.add(sized(1, "honest", 50), 3)
+    pool.add(sized(2, "flood", 200), 4)
+    state = json.loads(json.dumps(pool.state_dict()))
+    bad = dict(state["entries"][0][0], rewards="x")  # no longer valid
+    state["entries"] = [[bad, 0], [bad, 0], *state["entries"]]
+    copy = ExternalPool("me", max_chars=906)
+    assert copy.load_state_dict(state) == 2  # both bad ones counted, the good ones after kept
+    assert [e.received_round for e in copy.snapshot()[0].values()] == [3, 4]
+    assert [e.size for e in copy.snapshot()[0].values()] == [102, 402]
+    copy.add(sized(3, "flood", 200), 5)  # 906: fits
+    copy.add(sized(4, "flood", 200), 5)  # over: flood's oldest goes, as before the restart
+    assert [q[-1] for q in ids(copy)] == ["1", "3", "4"]
+    empty = ExternalPool("me")
+    assert empty.load_state_dict({"version": 1}) == 0  # nothing saved: an empty pool
+    assert len(empty) == 0 and set(empty.stats().values()) == {0}
+    assert empty.add(rg(1), 0)

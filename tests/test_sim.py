@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from sapo_edge.cli import main
 
 FAST = [
@@ -27,6 +29,7 @@ def _metrics(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_node_sim_exchanges_rollouts_and_prints_the_table(tiny_qwen, tmp_path, capsys):
     out = tmp_path / "sim"
     rc = main(
@@ -56,6 +59,7 @@ def test_two_node_sim_exchanges_rollouts_and_prints_the_table(tiny_qwen, tmp_pat
         assert list((out / node / "checkpoints").glob("round-*/COMPLETE"))
 
 
+@pytest.mark.slow
 def test_headless_run_resumes_from_its_checkpoint(tiny_qwen, tmp_path, capsys):
     out = tmp_path / "run"
     common = [

@@ -9,13 +9,23 @@ import dataclasses
 import json
 import time
 
-from swarm_util import KEYS, Client, batch_for, connect, envelope, group, keys_of, sealed
+from swarm_util import (
+    KEYS,
+    Client,
+    batch_for,
+    connect,
+    envelope,
+    group,
+    keys_of,
+    read_until_closed,
+    sealed,
+)
 
 from sapo_edge.rollout import encode_batch
 from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.handshake import HandshakeError
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.swarm.peer import Closed, read_raw
+from sapo_edge.swarm.peer import Closed
 from sapo_edge.swarm.protocol import make_bye, make_hello, new_nonce, parse_message
 from sapo_edge.swarm.roomkey import new_room_key
 
@@ -226,8 +236,7 @@ def test_a_peer_that_never_answers_pings_is_dropped(nodes) -> None:
         try:
             assert await asyncio.to_thread(node.wait_for, lambda: me.node_id in node.connected(), 5)
             # read (and ignore) pings until the node gives up on us
-            while not c.ws.closed:
-                await read_raw(c.ws, timeout=5)
+            await read_until_closed(c.ws)
         finally:
             await c.close()
 

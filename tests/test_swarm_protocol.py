@@ -15,14 +15,23 @@ from swarm_util import batch_for, group
 
 from sapo_edge.rollout import encode_batch
 from sapo_edge.swarm.batches import RolloutVerifier, make_rollouts, seal
-from sapo_edge.swarm.identity import Identity, IdentityError, load_or_create, name_for_id
+from sapo_edge.swarm.identity import (
+    Identity,
+    IdentityError,
+    load_or_create,
+    name_for_id,
+    verify,
+)
 from sapo_edge.swarm.protocol import (
     Auth,
     Bye,
     Hello,
     ProtocolError,
     Rollouts,
+    check_fields,
+    known_reason,
     make_auth,
+    make_bye,
     make_hello,
     new_nonce,
     parse_message,
@@ -86,33 +95,37 @@ def test_a_good_hello_and_bye_parse() -> None:
     assert b == Bye("shutdown", "bye now")
 
 
+BAD_MESSAGES = [
+    (b"x" * ((1 << 20) + 1), "too_large"),
+    (b"[" * 100 + b"]" * 100, "too_deep"),
+    (b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
+    (b'{"type":"bye","reason":Infinity,"message":""}', "non_finite"),
+    (b'{"type":"bye","reason":1' + b"0" * 40 + b',"message":""}', "huge_int"),
+    (b'{"type":"bye","type":"bye","reason":"a","message":""}', "duplicate_key"),
+    (b'{"type":"bye","reason":"\\ud800","message":""}', "bad_unicode"),
+    (b'{"type":"bye","reason":"\xff\xfe","message":""}', "bad_utf8"),
+    (b'{"type":"bye","reason":5,"message":""}', "bad_type"),
+    (b'{"type":"bye","reason":"a"}', "missing_field"),
+    (b'{"type":"bye","reason":"a","message":"","extra":1}', "unknown_field"),
+    (b'{"type":"gossip"}', "unknown_type"),
+    (b"[1,2]", "bad_type"),
+    (b"{nope", "bad_json"),
+    (json.dumps({"type": "bye", "reason": "r" * 41, "message": ""}).encode(), "too_large"),
+    (json.dumps(hello_dict(version=1)).encode(), "unknown_version"),
+    (json.dumps(hello_dict(node_id="0" * 32)).encode(), "bad_identity"),
+    (json.dumps(hello_dict(nonce="XYZ")).encode(), "bad_value"),
+    (json.dumps(hello_dict(role="boss")).encode(), "bad_value"),
+    (json.dumps(hello_dict(ephemeral="ab")).encode(), "bad_value"),
+    (json.dumps(hello_dict(room="ab" * 8)).encode(), "bad_value"),  # the old 16-hex room
+    (json.dumps(auth_dict(capabilities=[1])).encode(), "bad_type"),
+    (json.dumps(auth_dict(name="evil\x1b[2J")).encode(), "bad_value"),
+]
+
+
+# ids by position: the hello/auth cases hold fresh random keys (pytest-xdist and mutmut need
+# the same test names at every collection)
 @pytest.mark.parametrize(
-    "data, reason",
-    [
-        (b"x" * ((1 << 20) + 1), "too_large"),
-        (b"[" * 100 + b"]" * 100, "too_deep"),
-        (b'{"type":"bye","reason":NaN,"message":""}', "non_finite"),
-        (b'{"type":"bye","reason":Infinity,"message":""}', "non_finite"),
-        (b'{"type":"bye","reason":1' + b"0" * 40 + b',"message":""}', "huge_int"),
-        (b'{"type":"bye","type":"bye","reason":"a","message":""}', "duplicate_key"),
-        (b'{"type":"bye","reason":"\\ud800","message":""}', "bad_unicode"),
-        (b'{"type":"bye","reason":"\xff\xfe","message":""}', "bad_utf8"),
-        (b'{"type":"bye","reason":5,"message":""}', "bad_type"),
-        (b'{"type":"bye","reason":"a"}', "missing_field"),
-        (b'{"type":"bye","reason":"a","message":"","extra":1}', "unknown_field"),
-        (b'{"type":"gossip"}', "unknown_type"),
-        (b"[1,2]", "bad_type"),
-        (b"{nope", "bad_json"),
-        (json.dumps({"type": "bye", "reason": "r" * 41, "message": ""}).encode(), "too_large"),
-        (json.dumps(hello_dict(version=1)).encode(), "unknown_version"),
-        (json.dumps(hello_dict(node_id="0" * 32)).encode(), "bad_identity"),
-        (json.dumps(hello_dict(nonce="XYZ")).encode(), "bad_value"),
-        (json.dumps(hello_dict(role="boss")).encode(), "bad_value"),
-        (json.dumps(hello_dict(ephemeral="ab")).encode(), "bad_value"),
-        (json.dumps(hello_dict(room="ab" * 8)).encode(), "bad_value"),  # the old 16-hex room
-        (json.dumps(auth_dict(capabilities=[1])).encode(), "bad_type"),
-        (json.dumps(auth_dict(name="evil\x1b[2J")).encode(), "bad_value"),
-    ],
+    "data, reason", BAD_MESSAGES, ids=[f"{i}-{r}" for i, (_, r) in enumerate(BAD_MESSAGES)]
 )
 def test_every_bad_message_is_refused_with_its_reason(data: bytes, reason: str) -> None:
     assert reason_of(data) == reason
@@ -226,3 +239,41 @@ def test_replays_expired_and_stale_batches_are_refused_but_a_second_route_is_a_d
     assert v.verify(signed(ident, round_=20), "lan") is not None
     msg_old, _ = make_rollouts(ident, KEYS, batch_for(ident, 5), 5)
     assert verify_reason(v, parse_message(msg_old)) == "stale_round"
+
+
+# --- what each side signs and sends about itself ----------------------------------------------
+
+
+def test_auth_signs_the_role_and_transcript_under_the_v2_label_and_caps_each_field():
+    ident = Identity.generate()
+    t = bytes(range(32))
+    msg = parse_message(
+        make_auth(ident, "node", t, name="n" * 100, model="m" * 300, backend="b" * 100)
+    )
+    assert isinstance(msg, Auth)
+    assert (msg.name, msg.model, msg.backend) == ("n" * 64, "m" * 200, "b" * 40)
+    assert msg.capabilities == ("rollouts/2",)
+    signed = b"sapo-edge/2 auth\x00node\x00" + t  # the wire format, spelled out here
+    assert verify(ident.public_key, msg.signature, signed)
+    assert not verify(ident.public_key, msg.signature, b"sapo-edge/2 auth\x00relay\x00" + t)
+    plain = parse_message(make_auth(ident, "relay", t))
+    assert (plain.name, plain.model, plain.backend) == (ident.name, "", "")
+
+
+def test_a_bye_carries_only_known_reasons_and_a_capped_message():
+    assert parse_message(make_bye("muted", "too many.")) == Bye("muted", "too many.")
+    assert parse_message(make_bye("made-up", "x" * 600)) == Bye("other", "x" * 500)
+    assert known_reason("replay") == "replay" and known_reason("\x1b[2J") == "other"
+
+
+def test_field_checks_say_what_is_wrong_in_words():
+    spec = {"a": ("str", 8), "b": ("int", 0)}
+    for obj, reason, message in (
+        ([1], "bad_type", "a thing must be a JSON object."),
+        ({}, "missing_field", "thing lacks a, b."),
+        ({"a": "x", "b": 1, "c": 2}, "unknown_field", "thing has unknown field(s) c."),
+    ):
+        with pytest.raises(ProtocolError) as e:
+            check_fields(obj, spec, "thing")
+        assert (e.value.reason, str(e.value)) == (reason, message)
+    assert check_fields({"a": "x", "b": 1}, spec, "thing") == {"a": "x", "b": 1}

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from swarm_util import RelayThread, batch_for, connect, keys_of, sealed
+from swarm_util import RelayThread, batch_for, connect, keys_of, read_until_closed, sealed
 
 from sapo_edge.swarm.handshake import KIND_SEALED
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.swarm.peer import Closed, Outbox, read_raw
+from sapo_edge.swarm.peer import Closed, Outbox
 from sapo_edge.swarm.relay import Relay, RelayLimits
 
 
@@ -117,6 +117,50 @@ def test_relay_refuses_replays_floods_junk_and_oversize(relay_of) -> None:
     assert r.wait_for(lambda: nodes_in(r) == 0)
 
 
+def test_relay_limits_each_nodes_bytes_per_minute(relay_of) -> None:
+    me, listener = Identity.generate(), Identity.generate()
+    boxes = [sealed(me, round_=k + 1, start=10 * k) for k in range(3)]
+    budget = len(boxes[0]) + len(boxes[1]) + len(boxes[2]) // 2  # room for two and a half
+    r = relay_of(messages_per_minute=100, bytes_per_minute=budget, reject_threshold=100)
+
+    async def go() -> None:
+        c, ear = await _client(r, me), await _client(r, listener)
+        try:
+            for box in boxes:
+                await c.send_sealed(box)
+            assert r.wait_for(lambda: rejected(r, "rate_limited") == 1)
+            assert r.relay.counters["forwarded"] == 2
+            for _ in range(2):
+                frame = await ear.recv()
+                assert not isinstance(frame, Closed) and frame[1] in boxes[:2]
+        finally:
+            await c.close()
+            await ear.close()
+
+    asyncio.run(go())
+
+
+def test_relay_disconnects_a_client_at_its_rejection_threshold(relay_of) -> None:
+    r = relay_of(reject_threshold=3)
+
+    async def go() -> None:
+        c = await _client(r, Identity.generate())
+        try:
+            for _ in range(2):
+                await c.send_message(b'{"type":"rollouts"}')  # missing fields: rejected
+            assert r.wait_for(lambda: rejected(r, "missing_field") == 2)
+            assert not c.ws.closed and nodes_in(r) == 1  # two are forgiven
+            await c.send_message(b'{"type":"rollouts"}')  # the third: cut off
+            assert r.wait_for(lambda: r.relay.counters["disconnected"] == 1 and nodes_in(r) == 0)
+            frame = await c.recv()
+            assert not isinstance(frame, Closed) and b'"reason":"muted"' in frame[1]
+            await read_until_closed(c.ws, within=5)  # then the relay hangs up
+        finally:
+            await c.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
+
+
 def _refused_at_accept(port: int) -> bool:
     """Connect over plain TCP: True when the relay hangs up at once, before reading anything
     (its handshake deadline is seconds away: a timeout here means it was let in)."""
@@ -142,8 +186,7 @@ def test_relay_limits_connections_per_ip_and_drops_dead_clients(relay_of) -> Non
         assert await asyncio.to_thread(_refused_at_accept, r.port)
         assert r.relay.stats()["connections_refused"] == 1
         await c2.close()
-        while not c1.ws.closed:  # the relay gives up on the silent client
-            await read_raw(c1.ws, timeout=5)
+        await read_until_closed(c1.ws)  # the relay gives up on the silent client
         assert r.wait_for(lambda: rejected(r, "no_pong") >= 1), r.relay.stats()["rejected"]
         await c1.close()
 

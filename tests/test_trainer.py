@@ -203,6 +203,36 @@ def test_zero_advantage_completions_stay_in_the_training_step(tmp_path):
     assert step[1].advantage == 0.0 and step[0].advantage > 0 > step[2].advantage
 
 
+def test_a_peer_group_larger_than_group_size_trains_only_its_first_group_size(tmp_path):
+    """A peer may send up to 64 completions per group; a node trains at most its own group_size
+    of them (the first ones), scored and normalised among themselves."""
+    cfg = make_cfg(tmp_path, group_size=4, local_samples=0, external_samples=1)
+    hub = InProcessHub()
+    node = make_node(cfg, "a", hub.connect("id-a"))
+    truth = regenerate(REF).answer
+    texts = ["<answer>99</answer>", f"<answer>{truth}</answer>", "<answer>98</answer>", "no"]
+    texts += [f"<answer>{truth}</answer>"] * 60  # right answers past the cap: never seen here
+    big = RolloutGroup(
+        REF,
+        regenerate(REF).question,
+        truth,
+        tuple(texts),
+        (0.0,) * 64,
+        "id-big",
+        "scripted",
+        0,
+        time.time(),
+        finished=(True,) * 64,
+    )
+    hub.connect("id-big").publish(encode_batch([big]))
+    report = node.run_round()
+    assert report.external_used == 1
+    (step,) = node.backend.steps
+    assert [s.completion.text for s in step] == texts[:4]
+    # rewards 0 1 0 0 among these four only: mean 0.25, sample std 0.5
+    assert [s.advantage for s in step] == pytest.approx([-0.5, 1.5, -0.5, -0.5], abs=1e-3)
+
+
 def test_bad_payloads_and_foreign_tasks_are_counted_not_fatal(tmp_path):
     cfg = make_cfg(tmp_path, local_samples=1, external_samples=1)
     hub = InProcessHub()

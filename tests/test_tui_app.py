@@ -25,6 +25,8 @@ from sapo_edge.tui.widgets.tables import DomainTable, PeersTable
 sys.path.insert(0, str(Path(__file__).parent))
 from tui_recorded import node_started, recorded_messages  # noqa: E402
 
+BOUND = 120  # seconds any one wait may take: a hung dashboard fails the test instead of CI
+
 pytestmark = pytest.mark.slow
 
 
@@ -57,7 +59,7 @@ def test_rounds_advance_and_every_panel_updates(tiny_qwen, tmp_path):
 
     async def drive():
         async with app.run_test(size=(120, 40)) as pilot:
-            await app.workers.wait_for_complete()
+            await asyncio.wait_for(app.workers.wait_for_complete(), BOUND)
             await pilot.pause()
             assert app.outcome == "done" and app.rounds_done == 2
             assert app.query_one(RewardChart).rounds == [1, 2]  # shown 1-based
@@ -84,15 +86,15 @@ def test_pause_holds_rounds_and_quit_stops_and_saves(tiny_qwen, tmp_path):
     async def drive():
         app.first_round = asyncio.Event()
         async with app.run_test(size=(120, 40)) as pilot:
-            await app.first_round.wait()  # it trains...
+            await asyncio.wait_for(app.first_round.wait(), BOUND)  # it trains...
             await pilot.press("p")  # ...until paused
-            assert await asyncio.to_thread(control.parked.wait, 120)
+            assert await asyncio.to_thread(control.parked.wait, BOUND)
             await pilot.pause()
             done = app.rounds_done
             assert app.query_one(NodeHeader).state == "paused"
             assert 1 <= len(_metrics(tmp_path)) == done < 50  # no round runs while paused
             await pilot.press("q")
-            await app.workers.wait_for_complete()
+            await asyncio.wait_for(app.workers.wait_for_complete(), BOUND)
             await pilot.pause()
             return done
 
@@ -107,7 +109,7 @@ def test_a_missing_model_shows_its_remedy_not_a_traceback(tmp_path):
 
     async def drive():
         async with app.run_test(size=(120, 40)) as pilot:
-            await app.workers.wait_for_complete()
+            await asyncio.wait_for(app.workers.wait_for_complete(), BOUND)
             await pilot.pause()
             banner = app.query_one(ProblemBanner)
             assert banner.display and banner.problem.fatal
@@ -217,9 +219,9 @@ def test_quit_keys_stop_mid_generation_and_exit_only_when_stopped(tiny_qwen, tmp
     async def drive():
         app.progress, app.generating, app.left = [], asyncio.Event(), asyncio.Event()
         async with app.run_test(size=(120, 40)) as pilot:
-            await asyncio.wait_for(app.generating.wait(), 120)
+            await asyncio.wait_for(app.generating.wait(), BOUND)
             await pilot.press(key)
-            await asyncio.wait_for(app.left.wait(), 120)
+            await asyncio.wait_for(app.left.wait(), BOUND)
 
     asyncio.run(drive())
     # the app left only once the training thread had stopped and saved (ctrl+q used to leave
@@ -240,9 +242,9 @@ def test_a_stop_signal_stops_like_q(tiny_qwen, tmp_path):
     async def drive():
         app.progress, app.generating, app.left = [], asyncio.Event(), asyncio.Event()
         async with app.run_test(size=(120, 40)):
-            await asyncio.wait_for(app.generating.wait(), 120)
+            await asyncio.wait_for(app.generating.wait(), BOUND)
             app.stop_from_signal("SIGTERM")
-            await asyncio.wait_for(app.left.wait(), 120)
+            await asyncio.wait_for(app.left.wait(), BOUND)
 
     asyncio.run(drive())
     assert app.trained_out_at_exit and app.return_value == "stopped"
