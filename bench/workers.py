@@ -118,7 +118,9 @@ def run_sapo(spec: Spec) -> None:
                 samples.append(Sample(msgs, g, a))  # the sampled ids, as trained
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
-        floor = gemm_floor(backend, samples) if r == spec.rounds - 1 else None
+        last = r == spec.rounds - 1
+        floor = gemm_floor(backend, samples) if last else None
+        gen_floor = decode_floor(backend, prompts, groups) if last else None
         report(
             round_s=round_s,
             gen_s=gen_s,
@@ -126,15 +128,12 @@ def run_sapo(spec: Spec) -> None:
             step_s=stats.seconds,
             step_tokens=stats.tokens,
             gemm_floor_s=floor,
+            gen_floor_s=gen_floor,
         )
 
 
-def gemm_floor(backend, samples) -> dict:
-    """The step's linear-layer matmuls as plain torch GEMMs at this step's shapes (forward, and
-    backward to the inputs: the base weights are frozen), timed in this process. Attention
-    scores, norms and LoRA's small matmuls are left out, so this is a floor, not an estimate."""
-    import torch
-
+def _linear_shapes(backend):
+    """(config, the 7 (in, out) shapes of a decoder layer's linear layers, the LM head's shape)."""
     c = backend.model.base_model.model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     q, kv, h, inter = (
@@ -143,32 +142,65 @@ def gemm_floor(backend, samples) -> dict:
         c.hidden_size,
         c.intermediate_size,
     )
-    shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)]
-    dtype = next(backend.model.parameters()).dtype
-    weights = {s: torch.randn(*s, dtype=dtype) for s in shapes + [(h, c.vocab_size)]}
-    batches = backend._micro_batches(backend._sequences(samples))
+    return c, [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)], (h, c.vocab_size)
+
+
+def _time_gemms(work, dtype, backward: bool) -> dict:
+    """Plain torch matmuls x @ w for each (rows, (in, out), times) of `work` (and g @ w.T when
+    `backward`), timed in this process: seconds, GFLOP and GFLOP/s."""
+    import torch
+
+    weights = {}
     flops, seconds = 0.0, 0.0
     with torch.no_grad():
-        for rows in batches:
-            tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
-            comp_tokens = sum(len(comp) for _, comp, _ in rows)
-            work = [(tokens, s, c.num_hidden_layers) for s in shapes] + [
-                (comp_tokens, (h, c.vocab_size), 1)
-            ]
-            for m, (k, n), times in work:
-                x, g, w = (
-                    torch.randn(m, k, dtype=dtype),
-                    torch.randn(m, n, dtype=dtype),
-                    weights[(k, n)],
-                )
-                x @ w, g @ w.T  # warm
-                t0 = time.perf_counter()
-                for _ in range(times):
-                    x @ w
+        for m, (k, n), times in work:
+            if m == 0 or times == 0:
+                continue
+            w = weights.setdefault((k, n), torch.randn(k, n, dtype=dtype))
+            x, g = torch.randn(m, k, dtype=dtype), torch.randn(m, n, dtype=dtype)
+            x @ w  # warm
+            if backward:
+                g @ w.T
+            t0 = time.perf_counter()
+            for _ in range(times):
+                x @ w
+                if backward:
                     g @ w.T
-                seconds += time.perf_counter() - t0
-                flops += 4.0 * m * k * n * times
+            seconds += time.perf_counter() - t0
+            flops += (4.0 if backward else 2.0) * m * k * n * times
     return {"seconds": seconds, "gflop": flops / 1e9, "gflops_per_s": flops / 1e9 / seconds}
+
+
+def gemm_floor(backend, samples) -> dict:
+    """The step's linear-layer matmuls as plain torch GEMMs at this step's shapes (forward, and
+    backward to the inputs: the base weights are frozen), timed in this process. Attention
+    scores, norms and LoRA's small matmuls are left out, so this is a floor, not an estimate."""
+    c, shapes, head = _linear_shapes(backend)
+    dtype = next(backend.model.parameters()).dtype
+    work = []
+    for rows in backend._micro_batches(backend._sequences(samples)):
+        tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
+        comp_tokens = sum(len(comp) for _, comp, _ in rows)
+        work += [(tokens, s, c.num_hidden_layers) for s in shapes] + [(comp_tokens, head, 1)]
+    return _time_gemms(work, dtype, backward=True)
+
+
+def decode_floor(backend, prompts, groups) -> dict:
+    """generate()'s linear-layer matmuls as plain torch GEMMs at its shapes, timed in this
+    process: the prefill (each prompt once, all but its last token, no LM head) and every decode
+    step with the rows still live at that step (a row leaves after its end token) through every
+    layer and the LM head. Attention, norms, sampling and the Python loop are left out."""
+    from collections import Counter
+
+    c, shapes, head = _linear_shapes(backend)
+    dtype = next(backend.model.parameters()).dtype
+    prefill = sum(len(backend._prompt_ids(m)) - 1 for m in prompts)
+    lengths = [g.tokens for grp in groups for g in grp]
+    steps = Counter(sum(n >= s for n in lengths) for s in range(1, max(lengths) + 1))
+    work = [(prefill, s, c.num_hidden_layers) for s in shapes]
+    for rows, times in sorted(steps.items()):
+        work += [(rows, s, c.num_hidden_layers * times) for s in shapes] + [(rows, head, times)]
+    return _time_gemms(work, dtype, backward=False)
 
 
 # ----------------------------------------------------------------------------------------- TRL
