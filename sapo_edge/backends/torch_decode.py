@@ -56,15 +56,16 @@ class _GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.dtype, self.device = key_states.dtype, key_states.device
             self.is_initialized = True
-            b = key_states.shape[0]
-            self._k = self._alloc(key_states, b, self.capacity)
-            self._v = self._alloc(value_states, b, self.capacity)
+            b, cap = key_states.shape[0], max(self.capacity, key_states.shape[-2])
+            self._k = self._alloc(key_states, b, cap)
+            self._v = self._alloc(value_states, b, cap)
         new = key_states.shape[-2]
         end = self.length + new
         if end > self._k.shape[2]:  # more than planned: grow, copying once
             cap = max(end, 2 * self._k.shape[2])
             k, v = (self._alloc(t, t.shape[0], cap) for t in (self._k, self._v))
-            k[:, :, : self.length], v[:, :, : self.length] = self.keys, self.values
+            k[:, :, : self.length] = self._k[:, :, : self.length]
+            v[:, :, : self.length] = self._v[:, :, : self.length]
             self._k, self._v = k, v
         self._k[:, :, self.length : end] = key_states
         self._v[:, :, self.length : end] = value_states
