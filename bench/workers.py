@@ -142,7 +142,11 @@ def _linear_shapes(backend):
         c.hidden_size,
         c.intermediate_size,
     )
-    return c, [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)], (h, c.vocab_size)
+    return (
+        c,
+        [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)],
+        (h, c.vocab_size),
+    )
 
 
 def _time_gemms(work, dtype, backward: bool) -> dict:

@@ -2,7 +2,6 @@
 cache, and a bfloat16 train step that stays close to float32's."""
 
 import json
-from pathlib import Path
 
 import pytest
 

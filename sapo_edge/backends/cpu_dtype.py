@@ -63,7 +63,9 @@ def gemm_speedup(seconds: float = 1.0) -> float:
     shapes = [(32, 576, 1536), (512, 576, 1536)]
 
     def rate(dtype: torch.dtype) -> float:
-        work = [(torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for m, k, n in shapes]
+        work = [
+            (torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for m, k, n in shapes
+        ]
         for x, w in work:
             torch.nn.functional.linear(x, w)  # warm
         flops, t0 = 0.0, time.perf_counter()

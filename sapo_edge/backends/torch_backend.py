@@ -29,7 +29,6 @@ from ..config import Config
 from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
 from .cpu_dtype import choose_cpu_dtype
 from .lora_init import lora_a_init, step_seed
-from .torch_decode import can_merge, growing_cache, merged_lora, sample
 from .tokens import (
     encode_completion,
     end_tokens,
@@ -37,6 +36,7 @@ from .tokens import (
     sampled_completion,
     training_sequences,
 )
+from .torch_decode import can_merge, growing_cache, merged_lora, sample
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
