@@ -1,6 +1,6 @@
 """Benchmark workers, one process each, driven by bench/vs_trl.py over stdin/stdout.
 
-    python bench/workers.py sapo|trl|node SPEC_JSON
+    python bench/workers.py sapo|trl|trl-tuned|node SPEC_JSON
 
 A worker loads its model, prints `READY`, then for every round waits for a `go` line on stdin,
 runs the round and prints `RESULT {json}`. Everything else goes to stderr. Peak RSS is the
@@ -9,7 +9,10 @@ process's own (ru_maxrss), so each framework is measured in its own process.
 - sapo: the torch backend on the fixed batch: generate G completions per question, score them,
   one GRPO/DAPO step on all of them (zero-advantage groups included, as TRL does).
 - trl: TRL's GRPOTrainer on the same batch, model, LoRA, sampling and loss settings; one
-  optimizer step per round (num_iterations=1, beta=0).
+  optimizer step per round (num_iterations=1, beta=0), its defaults otherwise (one batch of all
+  the completions, no gradient checkpointing).
+- trl-tuned: the same, as a TRL user on a small machine would set it (TRL_TUNED): gradient
+  checkpointing, micro-batches with gradient accumulation, one generation batch per step.
 - node: a real sapo-edge Node round (the trainer's code path) that also receives E external
   groups from 8 in-process peers before each round: the scaling table.
 """
@@ -85,6 +88,20 @@ def wait_go() -> bool:
 
 def report(**values) -> None:
     print("RESULT " + json.dumps({**values, "peak_rss_mb": peak_rss_mb()}), flush=True)
+    release_memory()
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS between rounds: the workers wait side by side, so an idle
+    one should not hold its last round's peak (its own peak RSS is already recorded)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 # --------------------------------------------------------------------------------- sapo-edge
@@ -208,7 +225,48 @@ def decode_floor(backend, prompts, groups) -> dict:
 
 
 # ----------------------------------------------------------------------------------------- TRL
-def run_trl(spec: Spec) -> None:
+def trl_settings(spec: Spec, tuned: bool) -> dict:
+    """The GRPOConfig settings that differ between TRL default and TRL tuned: the default gives
+    the trainer all the completions as one batch; tuned is what a TRL user on a small machine
+    sets (gradient checkpointing; micro-batches of sapo-edge's micro-batch size with gradient
+    accumulation up to the same completions per optimizer step; one generation batch of them)."""
+    completions = spec.questions * spec.group_size
+    if not tuned:
+        return {
+            "per_device_train_batch_size": completions,
+            "gradient_accumulation_steps": 1,
+            "gradient_checkpointing": False,
+        }
+    micro = min(Config().micro_batch_size, completions)
+    return {
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": completions // micro,
+        "generation_batch_size": completions,
+        "gradient_checkpointing": True,
+    }
+
+
+def trl_shared_settings(spec: Spec) -> dict:
+    """The GRPOConfig settings both TRL columns share (the work sapo-edge does)."""
+    cfg = spec.config()
+    return dict(
+        num_generations=spec.group_size,
+        max_completion_length=spec.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=cfg.clip_low,
+        epsilon_high=cfg.clip_high,
+        learning_rate=cfg.learning_rate,
+        max_grad_norm=cfg.max_grad_norm,
+        use_cpu=True,
+        bf16=spec.dtype == "bfloat16",
+    )
+
+
+def run_trl(spec: Spec, tuned: bool = False) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -234,22 +292,9 @@ def run_trl(spec: Spec) -> None:
     out = tempfile.mkdtemp(prefix="bench-trl-")
     args = GRPOConfig(
         output_dir=out,
-        per_device_train_batch_size=spec.questions * spec.group_size,
-        num_generations=spec.group_size,
-        max_completion_length=spec.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        beta=0.0,
-        num_iterations=1,
-        epsilon=cfg.clip_low,
-        epsilon_high=cfg.clip_high,
-        learning_rate=cfg.learning_rate,
-        max_grad_norm=cfg.max_grad_norm,
+        **trl_shared_settings(spec),
+        **trl_settings(spec, tuned),
         max_steps=spec.rounds,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=spec.dtype == "bfloat16",
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -361,7 +406,13 @@ def run_node(spec: Spec) -> None:
 
 def main() -> None:
     kind, spec = sys.argv[1], Spec(**json.loads(sys.argv[2]))
-    {"sapo": run_sapo, "trl": run_trl, "node": run_node}[kind](spec)
+    runs = {
+        "sapo": run_sapo,
+        "trl": run_trl,
+        "trl-tuned": lambda s: run_trl(s, tuned=True),
+        "node": run_node,
+    }
+    runs[kind](spec)
 
 
 if __name__ == "__main__":
