@@ -17,8 +17,8 @@ PROMPTS = [
 ]
 
 
-def _backend(tiny_qwen: Path, adapter: str) -> TorchBackend:
-    cfg = Config(model=str(tiny_qwen), max_new_tokens=16, lora_r=4)
+def _backend(tiny_qwen: Path, adapter: str, dtype: str = "float32") -> TorchBackend:
+    cfg = Config(model=str(tiny_qwen), max_new_tokens=16, lora_r=4, dtype=dtype)
     b = TorchBackend(tiny_qwen, cfg, adapter=adapter, device="cpu", log=lambda m: None)
     torch.manual_seed(1)
     with torch.no_grad():  # a trained-looking adapter: B != 0, so LoRA changes the logits
@@ -50,6 +50,32 @@ def test_merged_lora_gives_the_unmerged_logits_and_leaves_the_weights_untouched(
     assert after.keys() == before.keys()
     assert all(torch.equal(after[k], before[k]) for k in before)  # bit for bit
     b.close()
+
+
+def test_lean_bfloat16_lora_is_as_close_to_float32_as_peft_and_leaves_the_weights(tiny_qwen):
+    """In bfloat16 the LoRA layers run lean while sampling: their log-probs are as close to the
+    float32 model's (the same LoRA weights) as peft's own bfloat16 path is."""
+    ref = _backend(tiny_qwen, "ref32")
+    b = _backend(tiny_qwen, "lean", dtype="bfloat16")  # the same seeded LoRA weights
+    ids = torch.tensor([b._prompt_ids(PROMPTS[1])])
+    before = _state(b.model)
+    with torch.no_grad():
+        ref._activate()
+        truth = ref.model(input_ids=ids).logits.log_softmax(-1)
+        b._activate()
+        peft = b.model(input_ids=ids).logits.float().log_softmax(-1)
+        with merged_lora(b.model, b.adapter):
+            lean = b.model(input_ids=ids).logits.float().log_softmax(-1)
+        with b.model.disable_adapter():
+            base = b.model(input_ids=ids).logits.float().log_softmax(-1)
+    assert (truth - base).abs().mean() > 0.1  # the adapter matters here
+    err_peft, err_lean = (truth - peft).abs(), (truth - lean).abs()
+    assert err_lean.mean() <= 1.5 * err_peft.mean() + 1e-3
+    assert err_lean.max() <= 1.5 * err_peft.max() + 1e-2
+    after = _state(b.model)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    b.close()
+    ref.close()
 
 
 def test_fused_generation_picks_the_unfused_tokens(tiny_qwen):

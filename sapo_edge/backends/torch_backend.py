@@ -36,7 +36,7 @@ from .tokens import (
     sampled_completion,
     training_sequences,
 )
-from .torch_decode import can_merge, growing_cache, merged_lora, sample
+from .torch_decode import growing_cache, merged_lora, sample
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -134,7 +134,7 @@ class TorchBackend:
             p.requires_grad_(True)
         self.optimizer = self._new_optimizer()
         self.seed = 0  # the dropout stream's seed; reset() sets it
-        self.fuse_lora = True  # fold LoRA into the base weights while sampling (float32 only)
+        self.fuse_lora = True  # LoRA folded in (float32) or lean (bf16) while sampling
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
@@ -195,11 +195,11 @@ class TorchBackend:
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         """n completions per prompt. Each prompt is prefilled once and its KV cache repeated n
         times (prefix sharing); a completion leaves the batch as soon as it ends. In float32 the
-        LoRA weights are folded into the base weights for the call (torch_decode.py)."""
+        LoRA weights are folded into the base weights for the call, in bfloat16 they run lean
+        (torch_decode.merged_lora)."""
         self._activate()
         self.model.eval()
-        fuse = self.fuse_lora and can_merge(self.model)
-        with merged_lora(self.model, self.adapter, fuse):
+        with merged_lora(self.model, self.adapter, self.fuse_lora):
             return self._decode(prompts, n, max_new_tokens, temperature, top_p, seed, progress)
 
     @torch.inference_mode()

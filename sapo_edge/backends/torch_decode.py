@@ -5,7 +5,8 @@ Each one does the same arithmetic as the slow path it replaces, to float roundin
 - `merged_lora` swaps every LoRA-wrapped Linear for a plain Linear whose weight is
   W + scale * B @ A, computed once per generate() call. The shared base weights are never
   written: the peft modules go back in place afterwards, so the train step sees exactly the
-  unmerged adapter. Only in float32: in bfloat16 a small LoRA update would round away in W.
+  unmerged adapter. Only in float32: in bfloat16 a small LoRA update would round away in W, so
+  there the swap is a lean unmerged layer with A and B cast once to bfloat16.
 - `growing_cache` preallocates the KV cache for the whole call, where DynamicCache
   concatenates (copies) the cache of every layer at every step.
 - `sample` draws one token per row from the categorical distribution with one uniform per row
@@ -108,6 +109,18 @@ class _MergedLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
+class _LeanLora(nn.Module):
+    """Half precision: W x + scale * B (A x), with A and B cast once to the base's dtype (peft
+    casts the activations to float32 and back in every layer at every step)."""
+
+    def __init__(self, base: nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float):
+        super().__init__()
+        self.base, self.a, self.b, self.scale = base, a, b, scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.a), self.b) * self.scale
+
+
 def _lora_linears(model: nn.Module, adapter: str):
     """(parent, attribute name, peft layer) of every LoRA-wrapped nn.Linear carrying `adapter`."""
     for name, module in model.named_modules():
@@ -118,16 +131,12 @@ def _lora_linears(model: nn.Module, adapter: str):
             yield model.get_submodule(parent_name), attr, module
 
 
-def can_merge(model: nn.Module) -> bool:
-    """Folding LoRA in is exact to float32 rounding; in half precision W + delta would round a
-    small LoRA update away, so the adapter stays separate there."""
-    return next(model.parameters()).dtype == torch.float32
-
-
 @contextmanager
 def merged_lora(model: nn.Module, adapter: str, enabled: bool = True):
-    """For the duration, each LoRA layer of `adapter` is a plain Linear with the merged weight
-    (other adapters' layers would be bypassed too: generate for one adapter at a time)."""
+    """For the duration, each LoRA layer of `adapter` is a plain Linear with the merged weight in
+    float32; in half precision, where W + delta would round a small LoRA update away, a lean
+    W x + B (A x) with A and B in the base's dtype (other adapters' layers are bypassed too:
+    generate for one adapter at a time)."""
     if not enabled:
         yield
         return
@@ -136,8 +145,14 @@ def merged_lora(model: nn.Module, adapter: str, enabled: bool = True):
         with torch.no_grad():
             for parent, attr, layer in _lora_linears(model, adapter):
                 base = layer.base_layer
-                delta = layer.get_delta_weight(adapter).to(base.weight.dtype)
-                setattr(parent, attr, _MergedLinear(base.weight + delta, base.bias))
+                dtype = base.weight.dtype
+                if dtype == torch.float32:
+                    delta = layer.get_delta_weight(adapter).to(dtype)
+                    lean = _MergedLinear(base.weight + delta, base.bias)
+                else:
+                    a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+                    lean = _LeanLora(base, a.to(dtype), b.to(dtype), layer.scaling[adapter])
+                setattr(parent, attr, lean)
                 swapped.append((parent, attr, layer))
         yield
     finally:
