@@ -228,7 +228,16 @@ def render(args, spec: Spec, summary: dict, raw: dict, scale: list[dict], wall: 
     lines += [
         "",
         "TRL's train step is its round minus the time inside `generate` (scoring and "
-        "its reference/old log-prob bookkeeping included).",
+        "its reference/old log-prob bookkeeping included). sapo-edge's step runs only the "
+        "completions whose advantage is not zero (at beta=0 the others add exactly 0 to the loss "
+        "and its gradient); TRL computes all of them. Completions trained by sapo-edge per "
+        "measured round: "
+        + "; ".join(
+            f"{label[c]} " + ", ".join(str(r.get("trained_rows", "?")) for r in raw[c][1:])
+            for c in cols
+            if c.startswith("sapo")
+        )
+        + f" (of {spec.questions * spec.group_size}).",
         "",
     ]
     pairs = [(s_, t) for s_ in ("sapo", "sapo-bf16") for t in TARGETS if s_ in cols and t in cols]
@@ -278,7 +287,7 @@ def render(args, spec: Spec, summary: dict, raw: dict, scale: list[dict], wall: 
     floors = [
         (c, raw[c][-1])
         for c in ("sapo", "sapo-bf16")
-        if c in raw and raw[c][-1].get("gemm_floor_s")
+        if c in raw and (raw[c][-1].get("gemm_floor_s") or raw[c][-1].get("gen_floor_s"))
     ]
     if floors:
         lines += [

@@ -144,6 +144,7 @@ def run_sapo(spec: Spec) -> None:
             gen_tokens=sum(g.tokens for grp in groups for g in grp),
             step_s=stats.seconds,
             step_tokens=stats.tokens,
+            trained_rows=sum(smp.advantage != 0.0 for smp in samples),
             gemm_floor_s=floor,
             gen_floor_s=gen_floor,
         )
@@ -198,8 +199,13 @@ def gemm_floor(backend, samples) -> dict:
     scores, norms and LoRA's small matmuls are left out, so this is a floor, not an estimate."""
     c, shapes, head = _linear_shapes(backend)
     dtype = next(backend.model.parameters()).dtype
+    seqs = backend._sequences(samples)
+    # the rows the step runs: at beta=0 a zero-advantage row is skipped (it adds exactly 0)
+    seqs = [row for row in seqs if row[2] != 0.0 or backend.cfg.beta > 0]
+    if not seqs:
+        return None  # every completion scored alike: no step ran, so no floor to compare with
     work = []
-    for rows in backend._micro_batches(backend._sequences(samples)):
+    for rows in backend._micro_batches(seqs):
         tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
         comp_tokens = sum(len(comp) for _, comp, _ in rows)
         work += [(tokens, s, c.num_hidden_layers) for s in shapes] + [(comp_tokens, head, 1)]
