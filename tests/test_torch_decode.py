@@ -35,6 +35,7 @@ def test_merged_lora_gives_the_unmerged_logits_and_leaves_the_weights_untouched(
     b = _backend(tiny_qwen, "merge")
     ids = torch.tensor([b._prompt_ids(PROMPTS[1])])
     before = _state(b.model)
+    b._activate()  # the shared model may hold other tests' adapters: this one is active
     with torch.no_grad():
         plain = b.model(input_ids=ids).logits
         with b.model.disable_adapter():
