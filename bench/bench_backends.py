@@ -2,6 +2,9 @@
 
 Usage: `python bench/bench_backends.py [--model smollm2-135m] [--prompts 2] [--group-size 4]
 [--max-new-tokens 32] [--steps 2]`. Both backends run in this one process, torch first.
+
+`--mlx-prefix-ab` instead times MLX generation with prefix sharing off and on, taking turns
+--steps times in this one process (the same prompts, seeds and sampled tokens both ways).
 """
 
 from __future__ import annotations
@@ -49,6 +52,29 @@ def bench_step(backend, samples: list[Sample], steps: int) -> dict[str, float]:
     return {"step_s": statistics.median(s.seconds for s in stats), "step_tokens": stats[0].tokens}
 
 
+def mlx_prefix_ab(model, cfg: Config, prompts, reps: int) -> None:
+    kind, device = select_backend("mlx", log=print)
+    backend = load_backend(model.path, cfg, "bench-mlx", device, print, kind=kind)
+    gen = dict(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+    backend.generate(prompts[:1], 2, **{**gen, "max_new_tokens": 4}, seed=0)  # warm-up
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(reps):
+        for share in (False, True):
+            backend.share_prefix = share
+            t0 = time.perf_counter()
+            groups = backend.generate(prompts, cfg.group_size, **gen, seed=rep)
+            seconds = time.perf_counter() - t0
+            tokens = sum(g.tokens for grp in groups for g in grp)
+            rates[share].append(tokens / seconds)
+            print(
+                f"MLX on {device}, prefix sharing {'on ' if share else 'off'}: "
+                f"{tokens} tokens in {seconds:.1f} s, {tokens / seconds:.1f} tokens/s"
+            )
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    print(f"median tokens/s: off {off:.1f}, on {on:.1f}; on / off {on / off:.2f}x")
+    backend.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -57,6 +83,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--micro-batch-size", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--mlx-prefix-ab", action="store_true", help="MLX prefix sharing off vs on")
     a = ap.parse_args()
     cfg = Config(
         model=a.model,
@@ -75,6 +102,8 @@ def main() -> None:
         f"{len(cfg.lora_targets)} projections, float32; median of {a.steps} steps"
     )
     prompts = [build_messages(q) for q in (QUESTIONS * 8)[: a.prompts]]
+    if a.mlx_prefix_ab:
+        return mlx_prefix_ab(model, cfg, prompts, a.steps)
     backends, results, samples = {}, {}, None
     for choice in ("cpu", "mlx"):
         kind, device = select_backend(choice, log=print)

@@ -1,6 +1,6 @@
 """Benchmark workers, one process each, driven by bench/vs_trl.py over stdin/stdout.
 
-    python bench/workers.py sapo|trl|node SPEC_JSON
+    python bench/workers.py sapo|trl|trl-tuned|node SPEC_JSON
 
 A worker loads its model, prints `READY`, then for every round waits for a `go` line on stdin,
 runs the round and prints `RESULT {json}`. Everything else goes to stderr. Peak RSS is the
@@ -9,7 +9,10 @@ process's own (ru_maxrss), so each framework is measured in its own process.
 - sapo: the torch backend on the fixed batch: generate G completions per question, score them,
   one GRPO/DAPO step on all of them (zero-advantage groups included, as TRL does).
 - trl: TRL's GRPOTrainer on the same batch, model, LoRA, sampling and loss settings; one
-  optimizer step per round (num_iterations=1, beta=0).
+  optimizer step per round (num_iterations=1, beta=0), its defaults otherwise (one batch of all
+  the completions, no gradient checkpointing).
+- trl-tuned: the same, as a TRL user on a small machine would set it (TRL_TUNED): gradient
+  checkpointing, micro-batches with gradient accumulation, one generation batch per step.
 - node: a real sapo-edge Node round (the trainer's code path) that also receives E external
   groups from 8 in-process peers before each round: the scaling table.
 """
@@ -85,6 +88,20 @@ def wait_go() -> bool:
 
 def report(**values) -> None:
     print("RESULT " + json.dumps({**values, "peak_rss_mb": peak_rss_mb()}), flush=True)
+    release_memory()
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS between rounds: the workers wait side by side, so an idle
+    one should not hold its last round's peak (its own peak RSS is already recorded)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 # --------------------------------------------------------------------------------- sapo-edge
@@ -118,23 +135,23 @@ def run_sapo(spec: Spec) -> None:
                 samples.append(Sample(msgs, g, a))  # the sampled ids, as trained
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
-        floor = gemm_floor(backend, samples) if r == spec.rounds - 1 else None
+        last = r == spec.rounds - 1
+        floor = gemm_floor(backend, samples) if last else None
+        gen_floor = decode_floor(backend, prompts, groups) if last else None
         report(
             round_s=round_s,
             gen_s=gen_s,
             gen_tokens=sum(g.tokens for grp in groups for g in grp),
             step_s=stats.seconds,
             step_tokens=stats.tokens,
+            trained_rows=sum(smp.advantage != 0.0 for smp in samples),
             gemm_floor_s=floor,
+            gen_floor_s=gen_floor,
         )
 
 
-def gemm_floor(backend, samples) -> dict:
-    """The step's linear-layer matmuls as plain torch GEMMs at this step's shapes (forward, and
-    backward to the inputs: the base weights are frozen), timed in this process. Attention
-    scores, norms and LoRA's small matmuls are left out, so this is a floor, not an estimate."""
-    import torch
-
+def _linear_shapes(backend):
+    """(config, the 7 (in, out) shapes of a decoder layer's linear layers, the LM head's shape)."""
     c = backend.model.base_model.model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     q, kv, h, inter = (
@@ -143,36 +160,119 @@ def gemm_floor(backend, samples) -> dict:
         c.hidden_size,
         c.intermediate_size,
     )
-    shapes = [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)]
-    dtype = next(backend.model.parameters()).dtype
-    weights = {s: torch.randn(*s, dtype=dtype) for s in shapes + [(h, c.vocab_size)]}
-    batches = backend._micro_batches(backend._sequences(samples))
+    return (
+        c,
+        [(h, q), (h, kv), (h, kv), (q, h), (h, inter), (h, inter), (inter, h)],
+        (h, c.vocab_size),
+    )
+
+
+def _time_gemms(work, dtype, backward: bool) -> dict:
+    """Plain torch matmuls x @ w for each (rows, (in, out), times) of `work` (and g @ w.T when
+    `backward`), timed in this process: seconds, GFLOP and GFLOP/s."""
+    import torch
+
+    weights = {}
     flops, seconds = 0.0, 0.0
     with torch.no_grad():
-        for rows in batches:
-            tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
-            comp_tokens = sum(len(comp) for _, comp, _ in rows)
-            work = [(tokens, s, c.num_hidden_layers) for s in shapes] + [
-                (comp_tokens, (h, c.vocab_size), 1)
-            ]
-            for m, (k, n), times in work:
-                x, g, w = (
-                    torch.randn(m, k, dtype=dtype),
-                    torch.randn(m, n, dtype=dtype),
-                    weights[(k, n)],
-                )
-                x @ w, g @ w.T  # warm
-                t0 = time.perf_counter()
-                for _ in range(times):
-                    x @ w
+        for m, (k, n), times in work:
+            if m == 0 or times == 0:
+                continue
+            w = weights.setdefault((k, n), torch.randn(k, n, dtype=dtype))
+            x, g = torch.randn(m, k, dtype=dtype), torch.randn(m, n, dtype=dtype)
+            x @ w  # warm
+            if backward:
+                g @ w.T
+            t0 = time.perf_counter()
+            for _ in range(times):
+                x @ w
+                if backward:
                     g @ w.T
-                seconds += time.perf_counter() - t0
-                flops += 4.0 * m * k * n * times
+            seconds += time.perf_counter() - t0
+            flops += (4.0 if backward else 2.0) * m * k * n * times
     return {"seconds": seconds, "gflop": flops / 1e9, "gflops_per_s": flops / 1e9 / seconds}
 
 
+def gemm_floor(backend, samples) -> dict:
+    """The step's linear-layer matmuls as plain torch GEMMs at this step's shapes (forward, and
+    backward to the inputs: the base weights are frozen), timed in this process. Attention
+    scores, norms and LoRA's small matmuls are left out, so this is a floor, not an estimate."""
+    c, shapes, head = _linear_shapes(backend)
+    dtype = next(backend.model.parameters()).dtype
+    seqs = backend._sequences(samples)
+    # the rows the step runs: at beta=0 a zero-advantage row is skipped (it adds exactly 0)
+    seqs = [row for row in seqs if row[2] != 0.0 or backend.cfg.beta > 0]
+    if not seqs:
+        return None  # every completion scored alike: no step ran, so no floor to compare with
+    work = []
+    for rows in backend._micro_batches(seqs):
+        tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
+        comp_tokens = sum(len(comp) for _, comp, _ in rows)
+        work += [(tokens, s, c.num_hidden_layers) for s in shapes] + [(comp_tokens, head, 1)]
+    return _time_gemms(work, dtype, backward=True)
+
+
+def decode_floor(backend, prompts, groups) -> dict:
+    """generate()'s linear-layer matmuls as plain torch GEMMs at its shapes, timed in this
+    process: the prefill (each prompt once, all but its last token, no LM head) and every decode
+    step with the rows still live at that step (a row leaves after its end token) through every
+    layer and the LM head. Attention, norms, sampling and the Python loop are left out."""
+    from collections import Counter
+
+    c, shapes, head = _linear_shapes(backend)
+    dtype = next(backend.model.parameters()).dtype
+    prefill = sum(len(backend._prompt_ids(m)) - 1 for m in prompts)
+    lengths = [g.tokens for grp in groups for g in grp]
+    steps = Counter(sum(n >= s for n in lengths) for s in range(1, max(lengths) + 1))
+    work = [(prefill, s, c.num_hidden_layers) for s in shapes]
+    for rows, times in sorted(steps.items()):
+        work += [(rows, s, c.num_hidden_layers * times) for s in shapes] + [(rows, head, times)]
+    return _time_gemms(work, dtype, backward=False)
+
+
 # ----------------------------------------------------------------------------------------- TRL
-def run_trl(spec: Spec) -> None:
+def trl_settings(spec: Spec, tuned: bool) -> dict:
+    """The GRPOConfig settings that differ between TRL default and TRL tuned: the default gives
+    the trainer all the completions as one batch; tuned is what a TRL user on a small machine
+    sets (gradient checkpointing; micro-batches of sapo-edge's micro-batch size with gradient
+    accumulation up to the same completions per optimizer step; one generation batch of them)."""
+    completions = spec.questions * spec.group_size
+    if not tuned:
+        return {
+            "per_device_train_batch_size": completions,
+            "gradient_accumulation_steps": 1,
+            "gradient_checkpointing": False,
+        }
+    micro = min(Config().micro_batch_size, completions)
+    return {
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": completions // micro,
+        "generation_batch_size": completions,
+        "gradient_checkpointing": True,
+    }
+
+
+def trl_shared_settings(spec: Spec) -> dict:
+    """The GRPOConfig settings both TRL columns share (the work sapo-edge does)."""
+    cfg = spec.config()
+    return dict(
+        num_generations=spec.group_size,
+        max_completion_length=spec.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=cfg.clip_low,
+        epsilon_high=cfg.clip_high,
+        learning_rate=cfg.learning_rate,
+        max_grad_norm=cfg.max_grad_norm,
+        use_cpu=True,
+        bf16=spec.dtype == "bfloat16",
+    )
+
+
+def run_trl(spec: Spec, tuned: bool = False) -> None:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -198,22 +298,9 @@ def run_trl(spec: Spec) -> None:
     out = tempfile.mkdtemp(prefix="bench-trl-")
     args = GRPOConfig(
         output_dir=out,
-        per_device_train_batch_size=spec.questions * spec.group_size,
-        num_generations=spec.group_size,
-        max_completion_length=spec.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        beta=0.0,
-        num_iterations=1,
-        epsilon=cfg.clip_low,
-        epsilon_high=cfg.clip_high,
-        learning_rate=cfg.learning_rate,
-        max_grad_norm=cfg.max_grad_norm,
+        **trl_shared_settings(spec),
+        **trl_settings(spec, tuned),
         max_steps=spec.rounds,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=spec.dtype == "bfloat16",
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -325,7 +412,13 @@ def run_node(spec: Spec) -> None:
 
 def main() -> None:
     kind, spec = sys.argv[1], Spec(**json.loads(sys.argv[2]))
-    {"sapo": run_sapo, "trl": run_trl, "node": run_node}[kind](spec)
+    runs = {
+        "sapo": run_sapo,
+        "trl": run_trl,
+        "trl-tuned": lambda s: run_trl(s, tuned=True),
+        "node": run_node,
+    }
+    runs[kind](spec)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ class Config:
         "auto | torch | cuda | mps | cpu | mlx (auto: MLX on Apple Silicon, else CUDA, MPS, CPU).",
     )
     dtype: str = _f(
-        "auto", "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA, float32 elsewhere)."
+        "auto",
+        "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA, and on CPUs with native bf16 where a one-second probe finds it faster; float32 elsewhere).",
     )
 
     # --- tasks (reasoning-gym) ---------------------------------------------------------

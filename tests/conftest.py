@@ -18,6 +18,8 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _own_identity_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     """No test reads or writes the user's ~/.config/sapo-edge (the node identity lives there)."""
     monkeypatch.setenv("SAPO_EDGE_HOME", str(tmp_path_factory.mktemp("sapo-edge-home")))
+    # --dtype auto means float32 in tests on every CPU (test_cpu_dtype.py covers the choice)
+    monkeypatch.setenv("SAPO_EDGE_CPU_DTYPE", "float32")
 
 
 @pytest.fixture

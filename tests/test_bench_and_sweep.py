@@ -6,6 +6,7 @@ end and write what the docs quote. TRL is not installed in CI, so the benchmark 
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,8 +45,12 @@ def test_benchmark_smoke_writes_the_tables(tiny_qwen, tmp_path):
         tmp_path,
     )
     text = out.read_text()
+    assert "| metric | sapo-edge float32 | sapo-edge bfloat16 |" in text
     assert "| seconds per round |" in text
-    assert "x the floor**" in text  # the GEMM floor was measured
+    assert "Completions trained by sapo-edge per measured round: sapo-edge float32 " in text
+    for column in ("float32", "bfloat16"):  # generation's GEMM floor was measured in both
+        # (the train step's only when some completion had a non-zero advantage)
+        assert re.search(rf"\| sapo-edge {column} \| generation \|.*\*\*[0-9.]+x\*\* \|", text)
     rows = [ln for ln in text.splitlines() if ln.startswith("| 2 | 8 |")]
     assert len(rows) == 2  # the smoke scaling table: 0 and 4 external groups
     assert rows[1].split("|")[3].strip() == "4"

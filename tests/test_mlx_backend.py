@@ -203,3 +203,20 @@ def test_configure_takes_run_time_settings_even_in_the_compiled_step(tiny_qwen, 
         a.configure(dataclasses.replace(new, lora_r=8))
     for m in (a, b, fresh):
         m.close()
+
+
+def test_prefix_sharing_samples_what_a_prefill_per_completion_samples(tiny_qwen):
+    """One prefill per prompt, its cache rows repeated: the same draws as n prefills (left padding
+    and the repeated rows' cache included), both near-greedy and at temperature 1."""
+    m = _mlx(tiny_qwen, "share", learning_rate=1e-2)
+    for _ in range(4):  # a trained adapter, so the two prompts' rollouts differ
+        m.train_step(_samples(m))
+    for temperature in (1e-4, 1.0):
+        kw = dict(max_new_tokens=10, temperature=temperature, top_p=1.0, seed=11)
+        m.share_prefix = False
+        plain = m.generate([MSGS, LONG], 3, **kw)
+        m.share_prefix = True
+        shared = m.generate([MSGS, LONG], 3, **kw)
+        assert shared == plain
+    assert len({g.ids for grp in shared for g in grp}) > 1
+    m.close()

@@ -132,7 +132,7 @@ def scripted_sampling(b, sampler: ScriptedSampler):
         from sapo_edge.backends import torch_backend
 
         fake = lambda logits, top_p, gen: torch.tensor(sampler(logits.shape[0]))  # noqa: E731
-        with mock.patch.object(torch_backend, "_sample", fake):
+        with mock.patch.object(torch_backend, "sample", fake):
             yield
     else:
         import mlx.core as mx

@@ -148,6 +148,7 @@ class MlxBackend:
         self.pad_id = self.tok.pad_token_id
         self.compile_step = (self.device == "gpu") if compile_step is None else compile_step
         self.seed = 0  # the dropout stream's seed; reset() sets it
+        self.share_prefix = True  # prefill each prompt once for its n completions
         self.lora = self._fresh_lora()
         self.optimizer = self._new_optimizer()
         self._build_step()
@@ -238,19 +239,29 @@ class MlxBackend:
         return mx.random.categorical(logprobs, key=key)
 
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
-        """All prompts x n completions in one left-padded batch; finished rows leave the batch."""
+        """All prompts x n completions in one left-padded batch; finished rows leave the batch.
+        Each prompt is prefilled once and its KV cache and next-token logits repeated n times
+        (prefix sharing, as the torch backend does)."""
         self._activate()
         self.model.eval()
-        rows = [p for p in map(self._prompt_ids, prompts) for _ in range(n)]
+        share = self.share_prefix
+        prompt_rows = list(map(self._prompt_ids, prompts))
+        rows = prompt_rows if share else [p for p in prompt_rows for _ in range(n)]
         width = max(len(r) for r in rows)
         ids = mx.array([[self.pad_id] * (width - len(r)) + r for r in rows])
         cache = [BatchKVCache([width - len(r) for r in rows]) for _ in self.model.layers]
         key = mx.random.key(seed)
         eos = set(self.eos_ids)
-        out: list[list[int]] = [[] for _ in rows]
-        finished = [False] * len(rows)
-        live = list(range(len(rows)))  # batch row -> sequence index
         logits = self.model(ids, cache=cache)[:, -1, :]
+        if share and n > 1:  # every prompt's cache rows and logits, n times over
+            repeat = mx.array([i for i in range(len(prompt_rows)) for _ in range(n)])
+            for c in cache:
+                c.filter(repeat)
+            logits = logits[repeat]
+        total = len(prompt_rows) * n
+        out: list[list[int]] = [[] for _ in range(total)]
+        finished = [False] * total
+        live = list(range(total))  # batch row -> sequence index
         for step in range(1, max_new_tokens + 1):
             key, sub = mx.random.split(key)
             tokens = self._sample(logits, temperature, top_p, sub)

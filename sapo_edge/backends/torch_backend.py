@@ -27,6 +27,7 @@ from transformers.utils import logging as hf_logging
 
 from ..config import Config
 from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
+from .cpu_dtype import choose_cpu_dtype
 from .lora_init import lora_a_init, step_seed
 from .tokens import (
     encode_completion,
@@ -35,6 +36,7 @@ from .tokens import (
     sampled_completion,
     training_sequences,
 )
+from .torch_decode import growing_cache, merged_lora, sample
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -54,16 +56,6 @@ warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", categ
 _SHARED: dict[tuple[str, str, str], _SharedBase] = {}
 
 
-def _sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
-    """One token per row from temperature-scaled logits, nucleus-filtered when top_p < 1."""
-    probs = torch.softmax(logits, -1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(-1, descending=True)
-        drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest set reaching top_p
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
-    return torch.multinomial(probs, 1, generator=gen).squeeze(1)
-
-
 def lora_config(cfg: Config) -> LoraConfig:
     """The peft LoRA settings of a Config (rank, alpha, dropout, target projections)."""
     return LoraConfig(
@@ -75,8 +67,12 @@ def lora_config(cfg: Config) -> LoraConfig:
     )
 
 
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+def resolve_dtype(dtype: str, device: str, log: Callable[[str], None] = print) -> torch.dtype:
+    """auto: bfloat16 on CUDA GPUs that support it; on the CPU bfloat16 where it is native and
+    measured faster (cpu_dtype.py); float32 elsewhere."""
     if dtype == "auto":
+        if device == "cpu":
+            return choose_cpu_dtype(log=log)
         cuda_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if cuda_bf16 else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
@@ -98,7 +94,7 @@ class TorchBackend:
         # peft keeps adapters as module attributes: a prefix keeps a node named "train" or
         # "eval" from colliding with nn.Module's own attributes
         self.adapter = adapter = f"node_{adapter}"
-        torch_dtype = resolve_dtype(cfg.dtype, device)
+        torch_dtype = resolve_dtype(cfg.dtype, device, log)
         self.dtype = str(torch_dtype).removeprefix("torch.")
         lora = lora_config(cfg)
         key = (str(Path(model_dir).resolve()), device, self.dtype)
@@ -138,6 +134,7 @@ class TorchBackend:
             p.requires_grad_(True)
         self.optimizer = self._new_optimizer()
         self.seed = 0  # the dropout stream's seed; reset() sets it
+        self.fuse_lora = True  # LoRA folded in (float32) or lean (bf16) while sampling
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
@@ -195,16 +192,23 @@ class TorchBackend:
         return ids, mask
 
     # -------------------------------------------------------------------------- generate
-    @torch.inference_mode()
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         """n completions per prompt. Each prompt is prefilled once and its KV cache repeated n
-        times (prefix sharing); a completion leaves the batch as soon as it ends."""
+        times (prefix sharing); a completion leaves the batch as soon as it ends. In float32 the
+        LoRA weights are folded into the base weights for the call, in bfloat16 they run lean
+        (torch_decode.merged_lora)."""
         self._activate()
         self.model.eval()
+        with merged_lora(self.model, self.adapter, self.fuse_lora):
+            return self._decode(prompts, n, max_new_tokens, temperature, top_p, seed, progress)
+
+    @torch.inference_mode()
+    def _decode(self, prompts, n, max_new_tokens, temperature, top_p, seed, progress):
         ids, mask = self._left_pad([self._prompt_ids(m) for m in prompts])
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        if ids.shape[1] > 1:  # all but the last prompt token, once per prompt
+        width = ids.shape[1]
+        cache = growing_cache(self.model.config, width + max_new_tokens)
+        if width > 1:  # all but the last prompt token, once per prompt
             self.model(
                 input_ids=ids[:, :-1],
                 attention_mask=mask[:, :-1],
@@ -215,24 +219,24 @@ class TorchBackend:
             )
             cache.batch_repeat_interleave(n)
         cur, mask, pos = (t.repeat_interleave(n, 0) for t in (ids[:, -1:], mask, pos[:, -1:]))
+        # the attention mask of the whole call, its columns used as the cache fills
+        mask = torch.cat([mask, mask.new_ones(len(mask), max_new_tokens)], 1)
         rows = torch.arange(len(cur), device=self.device)  # which completion each batch row is
         out: list[list[int]] = [[] for _ in range(len(cur))]
-        ended = [False] * len(cur)
         eos = torch.tensor(self.eos_ids, device=self.device)
         gen = torch.Generator(device=self.device).manual_seed(seed)
         for step in range(1, max_new_tokens + 1):
             logits = self.model(
                 input_ids=cur,
-                attention_mask=mask,
+                attention_mask=mask[:, : width + step - 1],
                 position_ids=pos,
                 past_key_values=cache,
                 use_cache=True,
             ).logits[:, -1]
-            nxt = _sample(logits.float() / temperature, top_p, gen)
+            nxt = sample(logits.float() / temperature, top_p, gen)
             done = torch.isin(nxt, eos)
-            for r, t, d in zip(rows.tolist(), nxt.tolist(), done.tolist(), strict=True):
+            for r, t in zip(rows.tolist(), nxt.tolist(), strict=True):
                 out[r].append(t)
-                ended[r] = d
             if progress is not None:  # may raise to abandon the call (a stop request)
                 progress(step, sum(map(len, out)))
             if done.all():
@@ -242,7 +246,6 @@ class TorchBackend:
                 cache.batch_select_indices(keep)
                 rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
             cur, pos = nxt[:, None], pos + 1
-            mask = torch.cat([mask, mask.new_ones(len(mask), 1)], 1)
         # the ids exactly as sampled, the end token kept apart; the text is decoded from them
         done = [sampled_completion(self.tok, toks, self.eos_ids) for toks in out]
         return [done[i : i + n] for i in range(0, len(done), n)]

@@ -1,0 +1,118 @@
+"""`--dtype auto` on a CPU: bfloat16 where the CPU has native bf16 arithmetic (AVX512-BF16 / AMX,
+or Arm's BF16 extension) and a one-second GEMM probe finds it faster than float32; float32
+elsewhere; SAPO_EDGE_CPU_DTYPE=float32|bfloat16 pins it. The probe's answer is cached per machine (CPU model, core count, torch version) in the
+cache directory, so it runs once.
+
+bfloat16 here means the frozen base weights and activations only: the LoRA weights and their AdamW
+state stay float32 (peft keeps adapters in float32), and log-probs and the loss are reduced in
+float32 (torch_backend._scaled).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from .. import paths
+
+PROBE_FILE = "cpu_dtype_probe.json"
+MIN_SPEEDUP = 1.2  # bfloat16 must beat float32 by this much to be worth its rounding
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def has_native_bf16() -> bool:
+    """True when the CPU reports bfloat16 arithmetic of its own (not emulated in float32)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+        return any(f in flags.split() for f in ("avx512_bf16", "amx_bf16", "bf16"))
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
+            return out.stdout.strip() == "1"
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return False
+
+
+def gemm_speedup(seconds: float = 1.0) -> float:
+    """bfloat16's GEMM rate over float32's at a decoder layer's shapes (a decode step's rows
+    and a training micro-batch's), each dtype timed for about half of `seconds`."""
+    shapes = [(32, 576, 1536), (512, 576, 1536)]
+
+    def rate(dtype: torch.dtype) -> float:
+        work = [
+            (torch.randn(m, k, dtype=dtype), torch.randn(n, k, dtype=dtype)) for m, k, n in shapes
+        ]
+        for x, w in work:
+            torch.nn.functional.linear(x, w)  # warm
+        flops, t0 = 0.0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 2:
+            for x, w in work:
+                torch.nn.functional.linear(x, w)
+                flops += 2.0 * x.shape[0] * x.shape[1] * w.shape[0]
+        return flops / (time.perf_counter() - t0)
+
+    with torch.no_grad():
+        return rate(torch.bfloat16) / rate(torch.float32)
+
+
+def _machine_key() -> str:
+    return f"{cpu_model()} | {os.cpu_count()} cores | torch {torch.__version__}"
+
+
+def choose_cpu_dtype(
+    *,
+    native: Callable[[], bool] = has_native_bf16,
+    probe: Callable[[], float] = gemm_speedup,
+    cache: Path | None = None,
+    log: Callable[[str], None] = print,
+) -> torch.dtype:
+    """bfloat16 when the CPU has native bf16 and the probe (cached in `cache`) measures it at
+    least MIN_SPEEDUP times float32's GEMM rate; float32 otherwise. SAPO_EDGE_CPU_DTYPE=float32 or
+    bfloat16 pins the choice (the tests pin it)."""
+    pinned = os.environ.get("SAPO_EDGE_CPU_DTYPE", "").strip()
+    if pinned in ("float32", "bfloat16"):
+        return getattr(torch, pinned)
+    if not native():
+        return torch.float32
+    cache = cache if cache is not None else paths.cache_dir() / PROBE_FILE
+    key = _machine_key()
+    speedup = None
+    try:
+        saved = json.loads(cache.read_text())
+        if isinstance(saved, dict) and saved.get("machine") == key:
+            speedup = float(saved["bf16_speedup"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no probe yet, or a damaged file: probe again
+    if speedup is None:
+        speedup = probe()
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps({"machine": key, "bf16_speedup": speedup}) + "\n")
+        except OSError:
+            pass  # an unwritable cache only costs a probe next time
+        log(f"dtype auto: bfloat16 GEMMs run at {speedup:.2f}x float32 on this CPU")
+    return torch.bfloat16 if speedup >= MIN_SPEEDUP else torch.float32

@@ -1,0 +1,160 @@
+"""The torch decode loop's three fast paths: LoRA folded into the base weights while sampling, a
+KV cache that grows in place, and sampling by inverse CDF.
+
+Each one does the same arithmetic as the slow path it replaces, to float rounding:
+- `merged_lora` swaps every LoRA-wrapped Linear for a plain Linear whose weight is
+  W + scale * B @ A, computed once per generate() call. The shared base weights are never
+  written: the peft modules go back in place afterwards, so the train step sees exactly the
+  unmerged adapter. Only in float32: in bfloat16 a small LoRA update would round away in W, so
+  there the swap is a lean unmerged layer with A and B cast once to bfloat16.
+- `growing_cache` preallocates the KV cache for the whole call, where DynamicCache
+  concatenates (copies) the cache of every layer at every step.
+- `sample` draws one token per row from the categorical distribution with one uniform per row
+  (inverse CDF), where torch.multinomial draws an exponential per vocabulary entry.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+def sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    """One token per row from temperature-scaled logits, nucleus-filtered when top_p < 1."""
+    probs = torch.softmax(logits, -1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+    cdf = probs.cumsum(-1, dtype=torch.float64)
+    u = torch.rand(len(cdf), 1, generator=gen, dtype=torch.float64, device=cdf.device)
+    # the first token whose cumulative probability passes u: a zero-probability token never does
+    picked = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return picked.clamp_(max=probs.shape[-1] - 1).squeeze(1)
+
+
+class _GrowingLayer(DynamicLayer):
+    """A DynamicLayer that writes new keys/values into a preallocated buffer and hands out views
+    of its filled part; it doubles when full (so it never limits the length)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = capacity, 0
+
+    def _alloc(self, like: torch.Tensor, batch: int, capacity: int) -> torch.Tensor:
+        return like.new_empty(batch, like.shape[1], capacity, like.shape[3])
+
+    def _views(self) -> None:
+        self.keys = self._k[:, :, : self.length]
+        self.values = self._v[:, :, : self.length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.is_initialized = True
+            b, cap = key_states.shape[0], max(self.capacity, key_states.shape[-2])
+            self._k = self._alloc(key_states, b, cap)
+            self._v = self._alloc(value_states, b, cap)
+        new = key_states.shape[-2]
+        end = self.length + new
+        if end > self._k.shape[2]:  # more than planned: grow, copying once
+            cap = max(end, 2 * self._k.shape[2])
+            k, v = (self._alloc(t, t.shape[0], cap) for t in (self._k, self._v))
+            k[:, :, : self.length] = self._k[:, :, : self.length]
+            v[:, :, : self.length] = self._v[:, :, : self.length]
+            self._k, self._v = k, v
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.length:
+            self._k = self._k.repeat_interleave(repeats, dim=0)
+            self._v = self._v.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.length:
+            self._k, self._v = self._k[indices], self._v[indices]
+            self._views()
+
+
+def growing_cache(config, capacity: int) -> DynamicCache:
+    """A DynamicCache whose full-attention layers grow in place up to `capacity` tokens (a model
+    with other layer kinds, sliding windows say, keeps transformers' own layers)."""
+    cache = DynamicCache(config=config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [_GrowingLayer(capacity) for _ in cache.layers]
+    return cache
+
+
+class _MergedLinear(nn.Module):
+    """A Linear with LoRA folded in: the weight is W + scale * B @ A, the bias the base's own."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class _LeanLora(nn.Module):
+    """Half precision: W x + scale * B (A x), with A and B cast once to the base's dtype (peft
+    casts the activations to float32 and back in every layer at every step)."""
+
+    def __init__(self, base: nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float):
+        super().__init__()
+        self.base, self.a, self.b, self.scale = base, a, b, scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.a), self.b) * self.scale
+
+
+def _lora_linears(model: nn.Module, adapter: str):
+    """(parent, attribute name, peft layer) of every LoRA-wrapped nn.Linear carrying `adapter`."""
+    for name, module in model.named_modules():
+        lora_a = getattr(module, "lora_A", None)
+        base = getattr(module, "base_layer", None)
+        if lora_a is not None and adapter in lora_a and type(base) is nn.Linear:
+            parent_name, _, attr = name.rpartition(".")
+            yield model.get_submodule(parent_name), attr, module
+
+
+@contextmanager
+def merged_lora(model: nn.Module, adapter: str, enabled: bool = True):
+    """For the duration, each LoRA layer of `adapter` is a plain Linear with the merged weight in
+    float32; in half precision, where W + delta would round a small LoRA update away, a lean
+    W x + B (A x) with A and B in the base's dtype (other adapters' layers are bypassed too:
+    generate for one adapter at a time)."""
+    if not enabled:
+        yield
+        return
+    swapped = []
+    try:
+        with torch.no_grad():
+            for parent, attr, layer in _lora_linears(model, adapter):
+                base = layer.base_layer
+                dtype = base.weight.dtype
+                if dtype == torch.float32:
+                    delta = layer.get_delta_weight(adapter).to(dtype)
+                    lean = _MergedLinear(base.weight + delta, base.bias)
+                else:
+                    a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+                    lean = _LeanLora(base, a.to(dtype), b.to(dtype), layer.scaling[adapter])
+                setattr(parent, attr, lean)
+                swapped.append((parent, attr, layer))
+        yield
+    finally:
+        for parent, attr, layer in swapped:
+            setattr(parent, attr, layer)
