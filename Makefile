@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test test-fast lint mutate package-check soak-short clean
+.PHONY: venv demo test test-fast lint mutate package-check soak-short chaos clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -23,12 +23,12 @@ demo: venv
 	$(VENV)/bin/sapo-edge sim --preset demo --out-dir runs/demo
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not netns"
 
 # the quick loop while editing: everything but the tests marked `slow` (model runs, subprocess
 # CLIs, scale); `make test` (and CI) still runs them all
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not netns"
 
 # mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
 # so not part of `make test`; at low priority, on both cores
@@ -48,6 +48,11 @@ package-check: venv
 # rejected (the 30-minute run: bench/chaos_soak.py --minutes 30, figures in docs/reliability.md)
 soak-short: venv
 	OMP_NUM_THREADS=1 $(PY) bench/chaos_soak.py --minutes 2 --check --out build/soak-short
+
+# the LAN in network namespaces (root; skipped with the reason elsewhere), then the short soak
+chaos: venv
+	$(PY) -m pytest -q -m netns
+	$(MAKE) soak-short
 
 clean:
 	rm -rf $(VENV) runs

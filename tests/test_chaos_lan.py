@@ -13,7 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import chaos_lan  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# outside `make test` (`make chaos` runs it): mDNS across namespaces failed 1 run in 4 on a quiet
+# machine (the mesh not formed in 150 s), cause not yet found
+pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
 
 def test_nodes_in_namespaces_find_each_other_partition_and_heal(tiny_qwen, tmp_path):
