@@ -23,6 +23,7 @@ from ..config import Config, ConfigError
 from ..swarm.admission import Admissions, Grant, serve_admission
 from ..swarm.guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_errors
 from ..swarm.identity import Identity
+from ..swarm.loop_thread import run_service_loop
 from ..swarm.network import NetworkTransport
 from ..swarm.relay import Relay, RelayLimits
 from ..swarm.roomkey import new_room_key
@@ -107,21 +108,7 @@ class HostServices:
         return self
 
     def _main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._startup())
-        except BaseException as e:  # noqa: BLE001 - reported to start()'s caller
-            self._error = e
-            self._ready.set()
-            loop.close()
-            return
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
+        run_service_loop(self)
 
     async def _serve(self, app: web.Application, host: str, port: int, guard) -> int:
         runner = web.AppRunner(app, handle_signals=False, access_log=None)

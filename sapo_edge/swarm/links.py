@@ -24,6 +24,7 @@ from .guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_error
 from .handshake import KIND_MESSAGE, KIND_SEALED, HandshakeError, LinkBroken, LocalInfo, Session
 from .handshake import handshake as run_handshake
 from .identity import Identity
+from .loop_thread import run_service_loop
 from .nats_transport import is_nats_url
 from .peer import MAX_FRAME_BYTES, Closed, Outbox, read_raw
 from .peerbook import PeerBook, PeerStats
@@ -164,21 +165,7 @@ class LinkLayer:
             self._changed.notify_all()
 
     def _thread_main(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._startup())
-        except BaseException as e:  # noqa: BLE001 - reported to start()'s caller
-            self._error = e
-            self._ready.set()
-            loop.close()
-            return
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.close()
+        run_service_loop(self)
 
     def _routes(self, app: web.Application) -> None:
         """Extra routes (the admission endpoint); overridden by NetworkTransport."""
