@@ -320,3 +320,27 @@ def test_an_adaptive_node_shows_the_j_it_chose():
             assert "trained 4 own + 3 peer groups (adaptive: J=4)" in speed
 
     asyncio.run(drive())
+
+
+def test_a_finished_run_hides_the_last_phase_progress_bar():
+    """Seen in tmux: 'done after 3 rounds' sat above the training bar stuck at 50%."""
+    from textual.widgets import ProgressBar
+
+    from sapo_edge.tui.messages import RunEnded
+    from sapo_edge.tui.widgets.round_progress import RoundProgress
+
+    app = SapoDashboard(Config(), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.post_message(PhaseStarted(0, "training", 100.0, 90.0, None))
+            app.post_message(PhaseProgress(0, "training", 1, 2, 0, 0, 0, 101.0))
+            await pilot.pause()
+            bar = app.query_one(RoundProgress).query_one(ProgressBar)
+            assert bar.display and bar.percentage == 0.5
+            app.post_message(RunEnded("done"))
+            await pilot.pause()
+            assert not bar.display
+            assert "done after" in str(app.query_one(RoundProgress).query_one("#phase").render())
+
+    asyncio.run(drive())

@@ -113,3 +113,4 @@ class RoundProgress(Vertical):
         )
         self.query_one("#work", Static).update("")
         self.query_one("#eta", Static).update("")
+        self.query_one(ProgressBar).display = False  # it would keep the last phase's 50%
