@@ -294,6 +294,8 @@ def test_relay_replays_delays_and_stale_batches_are_charged_to_the_relay(relay_o
     b = nodes(relay=r.url, reject_threshold=5, stale_rounds=2)
     route = f"relay:{r.url}"
     a = Identity.generate()
+    # b must be at the relay before a sends: the relay keeps nothing for later
+    assert b.wait_for(lambda: route in b.connected(), 30)
 
     async def go() -> None:
         c = await connect(r.url, a, relay=True)
