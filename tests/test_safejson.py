@@ -221,9 +221,18 @@ def test_depth_prescan_agrees_with_the_depth_of_the_parsed_value(value, limit, s
         ('[["]"], {"}": []}]', 3),
         ("[[], [], [[]]]", 3),
         ('{"a": [], "b": {"c": [1]}}', 3),
+        ("[[[], [[]]]]", 4),  # depth goes back down one level per closer, not to 1
     ],
 )
 def test_depth_prescan_on_hand_counted_texts(text, depth):
     assert depth_of(json.loads(text)) == depth  # the hand count, checked
     assert _max_depth_exceeded(text, depth) is False
     assert _max_depth_exceeded(text, depth - 1) is True
+
+
+def test_depth_prescan_on_text_that_is_not_json():
+    """The scan runs before the parser, so it sees any text: a string that closes right after
+    it opens (`""`) leaves what follows outside it."""
+    assert _max_depth_exceeded('""[[[', 2) is True
+    assert _max_depth_exceeded('"[[["', 2) is False
+    assert reason('""[[[', max_depth=2) == "too_deep"

@@ -397,3 +397,20 @@ def test_every_field_of_a_hello_and_an_envelope_comes_through():
         )
     a = parse_message(json.dumps(auth_dict(name="n", capabilities=["x", "y"])).encode())
     assert a.name == "n" and a.capabilities == ("x", "y") and len(a.signature) == 64
+
+
+def test_parse_errors_keep_the_json_sentence_and_name_the_message_kind():
+    with pytest.raises(ProtocolError) as e:
+        parse_message(b"[1,2,3]", max_bytes=5)
+    assert (e.value.reason, str(e.value)) == (
+        "too_large",
+        "JSON input is 7 bytes, over the 5-byte limit; send less.",
+    )
+    assert parse_error(b'{"type":"bye","reason":5,"message":""}') == (
+        "bad_type",
+        "bye.reason must be a string.",
+    )
+    assert parse_error(hello_dict(nonce="x")) == (
+        "bad_value",
+        "hello.nonce must be 32 lowercase hex characters.",
+    )
