@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -326,8 +327,11 @@ def test_one_bad_group_says_which():
 
 # --- fuzzing: only RolloutError ever comes out ------------------------------------------------
 
-FUZZ_BYTES = settings(max_examples=3000, deadline=None, database=None)
-FUZZ = settings(max_examples=600, deadline=None, database=None)  # structures cost more to draw
+# Under `make mutate` (mutmut sets MUTANT_UNDER_TEST) these run once per mutant of the validators:
+# a tenth of the examples there, the full count in `make test`.
+_SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
+FUZZ_BYTES = settings(max_examples=3000 // _SCALE, deadline=None, database=None)
+FUZZ = settings(max_examples=600 // _SCALE, deadline=None, database=None)  # structures cost more
 
 scalars = (
     st.none()
@@ -562,3 +566,30 @@ def test_group_id_is_sha256_of_the_task_key_and_completions_in_compact_json():
     escaped = key.replace('"', '\\"')
     payload = '["' + escaped + '",["<answer>4</answer>","<answer>5</answer>","it is 4 \\u2713"]]'
     assert g.group_id == hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+@pytest.mark.parametrize(
+    "over, expected",
+    [
+        ({"task_ref": {"dataset": "d" * 129, "config": {}, "seed": 0, "index": 0}}, "task_ref.dataset has 129 characters, over the limit of 128."),
+        ({"reference_answer": "a" * 2_001}, "reference_answer has 2001 characters, over the limit of 2000."),
+        ({"completions": ["c"] * 65, "rewards": [0] * 65, "finished": [False] * 65}, "rollout group has 65 completions, over the limit of 64."),
+        ({"completions": ["c", "c" * 16_001], "rewards": [0, 0], "finished": [False] * 2}, "completions[1] has 16001 characters, over the limit of 16000."),
+        ({"producer": 5}, "producer must be a string, not a number."),
+        ({"producer": "p" * 129}, "producer has 129 characters, over the limit of 128."),
+        ({"model": "m" * 129}, "model has 129 characters, over the limit of 128."),
+        ({"question": b"bytes"}, "question must be a string, not bytes."),  # a Python caller's value
+        ({"version": "2"}, "rollout group has version a string; this node speaks version 2, upgrade one side."),
+        ({"version": [2]}, "rollout group has version an array; this node speaks version 2, upgrade one side."),
+    ],
+)
+def test_each_field_names_itself_in_its_refusal(over, expected):
+    assert refusal(with_(**over))[1] == expected
+
+
+def test_a_batch_names_at_most_five_unknown_fields_cut_to_40_characters():
+    extra = {f"{c}" * 45: 0 for c in "abcdefg"}
+    with pytest.raises(RolloutError) as e:
+        decode_batch(json.dumps({"version": 2, "groups": [], **extra}).encode())
+    names = ", ".join(c * 40 for c in "abcde")
+    assert str(e.value) == f"rollout batch has unknown field(s) {names}; send only version and groups."
