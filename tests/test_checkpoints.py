@@ -467,3 +467,55 @@ def test_disk_full_or_over_quota_says_what_to_do_in_full(tmp_path: Path, code: i
     with pytest.raises(OSError) as other:  # any other OSError passes through as it is
         save_checkpoint(tmp_path, 4, lambda d: (_ for _ in ()).throw(OSError(errno.EIO, "io")), {})
     assert not isinstance(other.value, CheckpointError)
+
+
+def test_a_save_that_fails_before_its_temp_dir_exists_raises_its_own_error(tmp_path: Path) -> None:
+    """The cleanup of a temp dir that was never made must not hide the real error."""
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    with pytest.raises(OSError) as e:
+        save_checkpoint(root, 1, writer(b"w"), {})
+    assert type(e.value) is FileExistsError
+
+
+def test_a_failed_first_publish_raises_its_own_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import sapo_edge.checkpoints as checkpoints
+
+    def rename(src, dst) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(checkpoints.os, "rename", rename)
+    with pytest.raises(OSError) as e:
+        save_checkpoint(tmp_path, 1, writer(b"w"), {})
+    assert e.value.errno == errno.EIO and "I/O error" in str(e.value)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checking_a_live_writer_only_asks_and_never_signals_it(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / f".tmp-round-000009-{child.pid}-abcd1234"
+        live.mkdir(parents=True)
+        save(tmp_path, 1)
+        assert live.is_dir()  # its writer is alive: left alone
+        assert child.poll() is None  # and still running: signal 0 only asks
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+
+
+def test_a_writer_we_may_not_signal_counts_as_alive(tmp_path: Path, monkeypatch) -> None:
+    """Another user's process: os.kill(pid, 0) raises PermissionError; its temp dir stays."""
+    import sapo_edge.checkpoints as checkpoints
+
+    def kill(pid: int, sig: int) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    other = tmp_path / ".tmp-round-000009-999999-abcd1234"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(checkpoints.os, "kill", kill)
+    save(tmp_path, 1)
+    assert other.is_dir()
