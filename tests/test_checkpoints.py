@@ -519,3 +519,9 @@ def test_a_writer_we_may_not_signal_counts_as_alive(tmp_path: Path, monkeypatch)
     monkeypatch.setattr(checkpoints.os, "kill", kill)
     save(tmp_path, 1)
     assert other.is_dir()
+
+
+def test_a_root_whose_parents_do_not_exist_yet_is_made(tmp_path: Path) -> None:
+    root = tmp_path / "runs" / "node" / "checkpoints"
+    assert save(root, 1) == root / "round-000001"
+    assert find_latest(root, log=pytest.fail).round == 1
