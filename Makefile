@@ -37,10 +37,12 @@ test-fast: venv
 	$(PY) -m pytest -q -m "not slow and not netns"
 
 # mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
-# so not part of `make test`; at low priority, on both cores
+# so not part of `make test`; at low priority, on both cores. One module at a time:
+# make mutate MUTANTS='sapo_edge.checkpoints*'
+MUTANTS ?=
 mutate: venv
 	rm -rf mutants
-	OMP_NUM_THREADS=1 nice -n 19 $(VENV)/bin/mutmut run --max-children 2
+	OMP_NUM_THREADS=1 nice -n 19 $(VENV)/bin/mutmut run --max-children 2 $(foreach m,$(MUTANTS),'$(m)')
 	$(PY) tests/mutation_score.py
 
 lint: venv
