@@ -483,8 +483,12 @@ def test_a_failed_first_publish_raises_its_own_error_and_leaves_nothing(
 ) -> None:
     import sapo_edge.checkpoints as checkpoints
 
+    real_rename = os.rename
+
     def rename(src, dst) -> None:
-        raise OSError(errno.EIO, "I/O error")
+        if Path(src).name.startswith(".tmp-round-"):  # publishing round-000001
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(src, dst)  # anything else it tries (there is nothing to put back)
 
     monkeypatch.setattr(checkpoints.os, "rename", rename)
     with pytest.raises(OSError) as e:
@@ -501,7 +505,8 @@ def test_checking_a_live_writer_only_asks_and_never_signals_it(tmp_path: Path) -
         live.mkdir(parents=True)
         save(tmp_path, 1)
         assert live.is_dir()  # its writer is alive: left alone
-        assert child.poll() is None  # and still running: signal 0 only asks
+        with pytest.raises(subprocess.TimeoutExpired):  # still running: signal 0 only asks
+            child.wait(timeout=1)
     finally:
         child.kill()
         child.wait(timeout=30)
