@@ -499,8 +499,17 @@ def test_a_failed_first_publish_raises_its_own_error_and_leaves_nothing(
 
 
 def test_checking_a_live_writer_only_asks_and_never_signals_it(tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # default actions for every signal a wrong one could be (not inherited: nohup ignores HUP)
+    code = (
+        "import signal, sys, time\n"
+        "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):\n"
+        "    signal.signal(s, signal.SIG_DFL)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout.readline() == "ready\n"
         live = tmp_path / f".tmp-round-000009-{child.pid}-abcd1234"
         live.mkdir(parents=True)
         save(tmp_path, 1)
