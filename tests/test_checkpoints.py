@@ -519,6 +519,7 @@ def test_checking_a_live_writer_only_asks_and_never_signals_it(tmp_path: Path) -
     finally:
         child.kill()
         child.wait(timeout=30)
+        child.stdout.close()
 
 
 def test_a_writer_we_may_not_signal_counts_as_alive(tmp_path: Path, monkeypatch) -> None:
