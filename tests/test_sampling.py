@@ -449,3 +449,18 @@ def test_subset_and_self_sampling_refusals_and_no_draw_when_nothing_is_cut():
     groups = [rg(i) for i in range(3)]
     assert select_subset(groups, "all", 3, rng) == groups  # exactly at the cap: all, no draw
     assert rng.random() == random.Random(5).random()
+
+
+def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budget():
+    a1, a2, b = rg(1, producer="peer-a"), rg(2, producer="peer-a"), rg(3, producer="peer-b")
+    size = {g.question: len(g.question) + 1 + sum(len(c) for c in g.completions) for g in (a1, a2, b)}
+    big = ExternalPool("me")
+    big.add(a1, 0)
+    big.add(a2, 0)
+    small = ExternalPool("me", max_chars=sum(size.values()) - 1)
+    small.load_state_dict(big.state_dict())
+    assert small.add(b, 1) and len(small) == 2  # over by one: peer-a, holding most, loses one
+    assert small.stats()["evicted"] == 1
+    kept = ExternalPool("me")
+    kept.load_state_dict(small.state_dict())
+    assert sorted(g.question for g in kept.sample(2, 1, verify, random.Random(0))) == ["q2", "q3"]
