@@ -464,3 +464,12 @@ def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budge
     kept = ExternalPool("me")
     kept.load_state_dict(small.state_dict())
     assert sorted(g.question for g in kept.sample(2, 1, verify, random.Random(0))) == ["q2", "q3"]
+
+
+def test_a_producer_whose_last_group_was_used_holds_no_text_any_more():
+    a, b = rg(1, producer="peer-a"), rg(2, producer="peer-b")
+    size_b = len(b.question) + 1 + sum(len(c) for c in b.completions)
+    p = ExternalPool("me", max_chars=size_b)  # room for b alone
+    p.add(a, 0)
+    assert [g.question for g in p.sample(1, 0, verify, random.Random(0))] == ["q1"]
+    assert p.add(b, 0) and len(p) == 1 and p.stats()["evicted"] == 0
