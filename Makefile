@@ -22,12 +22,13 @@ demo: venv
 	rm -rf runs/demo
 	$(VENV)/bin/sapo-edge sim --preset demo --out-dir runs/demo
 
-# everything but the namespace LAN (`make chaos`) and the four end-to-end script runs marked
+# everything but the namespace LAN (`make chaos`) and the five end-to-end script runs marked
 # `long` (`make test-long`, which CI runs right after): under 3 minutes on 2 cores
 test: venv
 	$(PY) -m pytest -q -m "not netns and not long"
 
-# the short soak, the benchmark and sweep smoke runs and the SmolLM2 GGUF conversion (~2 min)
+# the short soak, the kill-and-resume trials, the benchmark and sweep smoke runs and the SmolLM2
+# GGUF conversion (~2-3 min)
 test-long: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "long and not netns"
 
