@@ -409,12 +409,20 @@ def test_a_size_mismatch_names_both_sizes(tmp_path: Path) -> None:
     (path / "state.json").write_text("{}")
     logs: list[str] = []
     assert find_latest(tmp_path, log=logs.append).round == 1
-    assert logs == [f"skipping checkpoint {path}: corrupt: file state.json size 2 != {size} in manifest"]
+    assert logs == [
+        f"skipping checkpoint {path}: corrupt: file state.json size 2 != {size} in manifest"
+    ]
 
 
 @pytest.mark.parametrize(
     "manifest",
-    ["[]", '{"files": []}', '{"files": {"state.json": {"size": "x", "sha256": "0"}}}', '{"files": {"a": 5}}', "{}"],
+    [
+        "[]",
+        '{"files": []}',
+        '{"files": {"state.json": {"size": "x", "sha256": "0"}}}',
+        '{"files": {"a": 5}}',
+        "{}",
+    ],
 )
 def test_any_malformed_manifest_is_skipped_not_raised(tmp_path: Path, manifest: str) -> None:
     save(tmp_path, 1)

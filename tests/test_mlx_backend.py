@@ -241,7 +241,9 @@ def test_an_adapter_trained_by_mlx_loads_in_torch_and_gives_the_same_logprobs(ti
     for a, b in zip(loaded, m.logprobs(samples), strict=True):
         assert len(a) == len(b)
         assert a == pytest.approx(b, abs=1e-4)
-    with pytest.raises(ValueError, match="written by the mlx backend: resume it with --backend mlx"):
+    with pytest.raises(
+        ValueError, match="written by the mlx backend: resume it with --backend mlx"
+    ):
         TorchBackend(tiny_qwen, cfg, adapter="m2t_r", device="cpu", **QUIET).load(tmp_path)
     (tmp_path / "r8").mkdir()
     _mlx(tiny_qwen, "m2t_r8", lora_r=8).save(tmp_path / "r8")

@@ -136,20 +136,71 @@ def test_bytearray_and_memoryview_are_bytes():
 @pytest.mark.parametrize(
     "data, kw, expected",
     [
-        (b"[1,2,3]", {"max_bytes": 5}, ("too_large", "JSON input is 7 bytes, over the 5-byte limit; send less.")),
-        ("[1,2,3]", {"max_bytes": 5}, ("too_large", "JSON input is over the 5-byte limit; send less.")),
-        ('"ééé"', {"max_bytes": 6}, ("too_large", "JSON input is 8 bytes, over the 6-byte limit; send less.")),
-        (b'"ab\xff"', {}, ("bad_utf8", "JSON input is not valid UTF-8 (byte 3); encode text as UTF-8.")),
-        ('"\ud800"', {}, ("bad_unicode", "JSON text holds a lone surrogate character; send valid Unicode text.")),
-        ('"\\ud800"', {}, ("bad_unicode", "JSON strings must not hold lone surrogates like \\ud800; send valid Unicode text.")),
+        (
+            b"[1,2,3]",
+            {"max_bytes": 5},
+            ("too_large", "JSON input is 7 bytes, over the 5-byte limit; send less."),
+        ),
+        (
+            "[1,2,3]",
+            {"max_bytes": 5},
+            ("too_large", "JSON input is over the 5-byte limit; send less."),
+        ),
+        (
+            '"ééé"',
+            {"max_bytes": 6},
+            ("too_large", "JSON input is 8 bytes, over the 6-byte limit; send less."),
+        ),
+        (
+            b'"ab\xff"',
+            {},
+            ("bad_utf8", "JSON input is not valid UTF-8 (byte 3); encode text as UTF-8."),
+        ),
+        (
+            '"\ud800"',
+            {},
+            ("bad_unicode", "JSON text holds a lone surrogate character; send valid Unicode text."),
+        ),
+        (
+            '"\\ud800"',
+            {},
+            (
+                "bad_unicode",
+                "JSON strings must not hold lone surrogates like \\ud800; send valid Unicode text.",
+            ),
+        ),
         (3.5, {}, ("bad_type", "JSON input must be bytes or str, not float.")),
-        ("[[[]]]", {"max_depth": 2}, ("too_deep", "JSON nests arrays/objects deeper than 2 levels; flatten it.")),
-        ("-12345", {"max_int_digits": 4}, ("huge_int", "JSON integer has 5 digits, over the 4-digit limit.")),
-        ("1e999", {}, ("non_finite", "JSON number 1e999 overflows to infinity; send a finite number.")),
-        ("[" + "1" * 45 + "e999]", {}, ("non_finite", f"JSON number {'1' * 40} overflows to infinity; send a finite number.")),
+        (
+            "[[[]]]",
+            {"max_depth": 2},
+            ("too_deep", "JSON nests arrays/objects deeper than 2 levels; flatten it."),
+        ),
+        (
+            "-12345",
+            {"max_int_digits": 4},
+            ("huge_int", "JSON integer has 5 digits, over the 4-digit limit."),
+        ),
+        (
+            "1e999",
+            {},
+            ("non_finite", "JSON number 1e999 overflows to infinity; send a finite number."),
+        ),
+        (
+            "[" + "1" * 45 + "e999]",
+            {},
+            ("non_finite", f"JSON number {'1' * 40} overflows to infinity; send a finite number."),
+        ),
         ("[-Infinity]", {}, ("non_finite", "JSON does not allow -Infinity; send a finite number.")),
-        ('{"ab":1,"ab":2}', {}, ("duplicate_key", "JSON object repeats the key 'ab'; send each key once.")),
-        ('{"' + "k" * 70 + '":1,"' + "k" * 70 + '":2}', {}, ("duplicate_key", f"JSON object repeats the key {'k' * 60!r}; send each key once.")),
+        (
+            '{"ab":1,"ab":2}',
+            {},
+            ("duplicate_key", "JSON object repeats the key 'ab'; send each key once."),
+        ),
+        (
+            '{"' + "k" * 70 + '":1,"' + "k" * 70 + '":2}',
+            {},
+            ("duplicate_key", f"JSON object repeats the key {'k' * 60!r}; send each key once."),
+        ),
     ],
 )
 def test_each_refusal_has_its_reason_and_exact_sentence(data, kw, expected):

@@ -370,7 +370,12 @@ def test_a_loaded_pool_keeps_arrival_rounds_text_sizes_and_skips_only_bad_groups
 
 def test_pool_defaults_and_constructor_edges_with_their_sentences():
     p = ExternalPool("me")
-    assert (p.capacity, p.freshness_rounds, p.max_age_rounds, p.max_peer_share) == (2048, 5, 20, 1.0)
+    assert (p.capacity, p.freshness_rounds, p.max_age_rounds, p.max_peer_share) == (
+        2048,
+        5,
+        20,
+        1.0,
+    )
     assert ExternalPool("me", freshness_rounds=2, max_age_rounds=3).max_age_rounds == 3
     assert ExternalPool("me", freshness_rounds=2).max_age_rounds == 8
     one = ExternalPool("me", capacity=1, freshness_rounds=0)  # the smallest legal pool
@@ -453,7 +458,9 @@ def test_subset_and_self_sampling_refusals_and_no_draw_when_nothing_is_cut():
 
 def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budget():
     a1, a2, b = rg(1, producer="peer-a"), rg(2, producer="peer-a"), rg(3, producer="peer-b")
-    size = {g.question: len(g.question) + 1 + sum(len(c) for c in g.completions) for g in (a1, a2, b)}
+    size = {
+        g.question: len(g.question) + 1 + sum(len(c) for c in g.completions) for g in (a1, a2, b)
+    }
     big = ExternalPool("me")
     big.add(a1, 0)
     big.add(a2, 0)

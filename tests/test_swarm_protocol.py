@@ -293,14 +293,44 @@ def field_error(obj, spec) -> tuple[str, str]:
     [
         ("str", 3, ["", "abc"], ["abcd"], ("too_large", "thing.f has 4 characters, over 3.")),
         ("str", 3, [], [3, None, b"ab", ["a"]], ("bad_type", "thing.f must be a string.")),
-        ("hex", 4, ["00ff", "a1b2"], ["00f", "00fff", "00FF", "00fg", " 0ff"], ("bad_value", "thing.f must be 4 lowercase hex characters.")),
+        (
+            "hex",
+            4,
+            ["00ff", "a1b2"],
+            ["00f", "00fff", "00FF", "00fg", " 0ff"],
+            ("bad_value", "thing.f must be 4 lowercase hex characters."),
+        ),
         ("hex", 4, [], [1234, None], ("bad_type", "thing.f must be a string.")),
-        ("int", 0, [0, 1, 2**63 - 1], [-1, 2**63], ("bad_value", "thing.f must be a non-negative integer.")),
+        (
+            "int",
+            0,
+            [0, 1, 2**63 - 1],
+            [-1, 2**63],
+            ("bad_value", "thing.f must be a non-negative integer."),
+        ),
         ("int", 0, [], [True, False, 1.0, "1", None], ("bad_type", "thing.f must be an integer.")),
-        ("float", 0, [0, -2, 1.5, 2**70, -1e300], [float("inf"), float("-inf"), float("nan")], ("non_finite", "thing.f must be finite.")),
+        (
+            "float",
+            0,
+            [0, -2, 1.5, 2**70, -1e300],
+            [float("inf"), float("-inf"), float("nan")],
+            ("non_finite", "thing.f must be finite."),
+        ),
         ("float", 0, [], [True, "1.5", None], ("bad_type", "thing.f must be a number.")),
-        ("list", 2, [[], ["a", "b"], ["x" * 40]], [["a", "b", "c"]], ("too_large", "thing.f has over 2 entries.")),
-        ("list", 2, [], [["x" * 41], [1], "ab", None, [["a"]]], ("bad_type", "thing.f must be a list of short strings.")),
+        (
+            "list",
+            2,
+            [[], ["a", "b"], ["x" * 40]],
+            [["a", "b", "c"]],
+            ("too_large", "thing.f has over 2 entries."),
+        ),
+        (
+            "list",
+            2,
+            [],
+            [["x" * 41], [1], "ab", None, [["a"]]],
+            ("bad_type", "thing.f must be a list of short strings."),
+        ),
     ],
 )
 def test_each_field_kind_accepts_its_edge_and_refuses_past_it(kind, cap, good, bad, expected):
@@ -320,14 +350,23 @@ def test_every_field_is_checked_not_only_the_first():
 def test_unknown_fields_are_named_at_most_five_and_cut_to_40_characters():
     spec = {"a": ("str", 8)}
     obj = {"a": "x", **{f"k{i}": 1 for i in range(7)}}
-    assert field_error(obj, spec) == ("unknown_field", "thing has unknown field(s) k0, k1, k2, k3, k4.")
+    assert field_error(obj, spec) == (
+        "unknown_field",
+        "thing has unknown field(s) k0, k1, k2, k3, k4.",
+    )
     long = "z" * 50
     assert field_error({"a": "x", long: 1}, spec) == (
         "unknown_field",
         f"thing has unknown field(s) {'z' * 40}.",
     )
-    assert field_error({}, {"a": ("str", 8), "b": ("int", 0)}) == ("missing_field", "thing lacks a, b.")
-    assert field_error({"b": 1}, {"a": ("str", 8), "b": ("int", 0)}) == ("missing_field", "thing lacks a.")
+    assert field_error({}, {"a": ("str", 8), "b": ("int", 0)}) == (
+        "missing_field",
+        "thing lacks a, b.",
+    )
+    assert field_error({"b": 1}, {"a": ("str", 8), "b": ("int", 0)}) == (
+        "missing_field",
+        "thing lacks a.",
+    )
 
 
 def parse_error(obj) -> tuple[str, str]:
@@ -347,7 +386,10 @@ def test_message_level_refusals_say_what_to_do():
         "unknown_version",
         "peer speaks protocol version 3; this node speaks 2: upgrade one side.",
     )
-    assert parse_error(hello_dict(role="boss")) == ("bad_value", "hello.role must be one of node, relay.")
+    assert parse_error(hello_dict(role="boss")) == (
+        "bad_value",
+        "hello.role must be one of node, relay.",
+    )
     assert parse_error(hello_dict(node_id="0" * 32)) == (
         "bad_identity",
         "hello.node_id is not the hash of its public key.",

@@ -436,9 +436,10 @@ class TorchBackend:
             )
 
     def load(self, directory: Path) -> None:
-        if not (directory / OPTIMIZER_FILE).is_file() and (
-            directory / "optimizer.safetensors"
-        ).is_file():
+        if (
+            not (directory / OPTIMIZER_FILE).is_file()
+            and (directory / "optimizer.safetensors").is_file()
+        ):
             raise ValueError(
                 f"checkpoint {directory} was written by the mlx backend: resume it with --backend mlx, or use a fresh --out-dir."
             )
