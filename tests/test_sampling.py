@@ -474,9 +474,10 @@ def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budge
 
 
 def test_a_producer_whose_last_group_was_used_holds_no_text_any_more():
-    a, b = rg(1, producer="peer-a"), rg(2, producer="peer-b")
-    size_b = len(b.question) + 1 + sum(len(c) for c in b.completions)
-    p = ExternalPool("me", max_chars=size_b)  # room for b alone
+    a, b, c = (rg(i, producer=f"peer-{x}") for i, x in ((1, "a"), (2, "b"), (3, "c")))
+    size = len(b.question) + 1 + sum(len(t) for t in b.completions)  # each group's text
+    p = ExternalPool("me", max_chars=2 * size)  # room for two groups
     p.add(a, 0)
     assert [g.question for g in p.sample(1, 0, verify, random.Random(0))] == ["q1"]
-    assert p.add(b, 0) and len(p) == 1 and p.stats()["evicted"] == 0
+    assert p.add(b, 0) and p.add(c, 0)
+    assert len(p) == 2 and p.stats()["evicted"] == 0  # peer-a's used group counts for nothing
