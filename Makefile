@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test test-fast lint mutate package-check soak-short chaos clean
+.PHONY: venv demo test test-long test-fast lint mutate package-check soak-short chaos clean
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -22,8 +22,15 @@ demo: venv
 	rm -rf runs/demo
 	$(VENV)/bin/sapo-edge sim --preset demo --out-dir runs/demo
 
+# everything but the namespace LAN (`make chaos`) and the five end-to-end script runs marked
+# `long` (`make test-long`, which CI runs right after): under 3 minutes on 2 cores
 test: venv
-	$(PY) -m pytest -q -m "not netns"
+	$(PY) -m pytest -q -m "not netns and not long"
+
+# the short soak, the kill-and-resume trials, the benchmark and sweep smoke runs and the SmolLM2
+# GGUF conversion (~2-3 min)
+test-long: venv
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "long and not netns"
 
 # the quick loop while editing: everything but the tests marked `slow` (model runs, subprocess
 # CLIs, scale); `make test` (and CI) still runs them all
@@ -31,10 +38,12 @@ test-fast: venv
 	$(PY) -m pytest -q -m "not slow and not netns"
 
 # mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
-# so not part of `make test`; at low priority, on both cores
+# so not part of `make test`; at low priority, on both cores. One module at a time:
+# make mutate MUTANTS='sapo_edge.checkpoints*'
+MUTANTS ?=
 mutate: venv
 	rm -rf mutants
-	OMP_NUM_THREADS=1 nice -n 19 $(VENV)/bin/mutmut run --max-children 2
+	OMP_NUM_THREADS=1 nice -n 19 $(VENV)/bin/mutmut run --max-children 2 $(foreach m,$(MUTANTS),'$(m)')
 	$(PY) tests/mutation_score.py
 
 lint: venv

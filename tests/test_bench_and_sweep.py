@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # `make test-long`
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -60,6 +60,7 @@ def test_a_kill_before_the_first_checkpoint_leaves_no_round_recorded_twice(tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-long`; test_training_integrity.py resumes at every phase in-process
 def test_killed_anywhere_a_node_resumes_to_the_uninterrupted_adapter(tiny_qwen, tmp_path):
     call = "run_kills(Path(MODEL), Path(WORK), trials=4, rounds=3, seed=1, log=lambda _m: None)"
     result = _harness(call, tiny_qwen, tmp_path)

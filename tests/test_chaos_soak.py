@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import chaos_soak  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # `make test-long`
 
 
 def test_a_short_soak_with_churn_delivers_everything_and_rejects_nothing(tmp_path):

@@ -316,3 +316,235 @@ def test_round_zero_keep_one_and_the_default_keep_of_three(tmp_path: Path) -> No
         save_checkpoint(tmp_path, -1, writer(b"w"), {})
     with pytest.raises(CheckpointError, match="checkpoint state must be a dict, got list"):
         save_checkpoint(tmp_path, 1, writer(b"w"), [])  # type: ignore[arg-type]
+
+
+# --- what a checkpoint holds byte for byte, fsync order, names and sentences --------------------
+# (from `make mutate`'s survivors; reference values computed here with hashlib, not the module)
+
+
+def test_a_checkpoints_files_byte_for_byte(tmp_path: Path) -> None:
+    import hashlib
+
+    path = save_checkpoint(tmp_path, 7, writer(b"w" * 3000), {"b": [1], "a": 1}, keep=3)
+    assert path == tmp_path / "round-000007"
+    assert (path / "COMPLETE").read_text() == "round 7\n"
+    assert (path / "state.json").read_text() == '{\n  "a": 1,\n  "b": [\n    1\n  ]\n}'
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    names = ["adapter.safetensors", "adapter_config.json", "opt/optimizer.pt", "state.json"]
+    assert (manifest["version"], manifest["round"], sorted(manifest["files"])) == (1, 7, names)
+    for name in names:
+        data = (path / name).read_bytes()
+        want = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        assert manifest["files"][name] == want, name
+    assert (path / "MANIFEST.json").read_text().startswith('{\n  "version": 1,\n  "round": 7,')
+
+
+def test_every_file_and_directory_is_fsynced_deepest_first_before_the_rename(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import sapo_edge.checkpoints as checkpoints
+
+    synced: list[str] = []
+    real_fsync, real_rename = os.fsync, os.rename
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    renamed_after: list[int] = []
+
+    def rename(src, dst) -> None:
+        renamed_after.append(len(synced))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(checkpoints.os, "fsync", fsync)
+    monkeypatch.setattr(checkpoints.os, "rename", rename)
+    path = save_checkpoint(tmp_path, 1, writer(b"x" * 10), {"round": 1})
+    tmp = Path(synced[0]).parent if Path(synced[0]).name == "state.json" else None
+    assert tmp is not None and tmp.name.startswith(".tmp-round-000001-")
+    before = synced[: renamed_after[0]]
+    files = ["adapter.safetensors", "adapter_config.json", "opt/optimizer.pt", "state.json"]
+    for name in [*files, "MANIFEST.json", "COMPLETE"]:
+        assert str(tmp / name) in before, name
+    dirs = [p for p in before if p in (str(tmp), str(tmp / "opt"))]
+    assert dirs == [str(tmp / "opt"), str(tmp)]  # the deeper directory first
+    assert synced[renamed_after[0] :] == [str(tmp_path)]  # the root after the rename
+    assert path.is_dir()
+
+
+def test_round_dirs_are_named_with_at_least_six_digits_and_sorted_by_number(tmp_path: Path) -> None:
+    for rnd in (999_999, 1_000_000, 5):
+        save(tmp_path, rnd, keep=5)
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == ["round-000005", "round-999999", "round-1000000"]  # not string order
+    assert find_latest(tmp_path, log=pytest.fail).round == 1_000_000
+    # names that are not round dirs: too few digits, a prefix, a plain file
+    for odd in ("round-12345", "xround-000009", "round-000009x"):
+        (tmp_path / odd).mkdir()
+        (tmp_path / odd / "COMPLETE").write_text("round 9\n")
+    (tmp_path / "round-000010").write_text("a file, not a directory")
+    (tmp_path / "notes").mkdir()
+    assert [p.name for p in list_checkpoints(tmp_path)] == names
+    assert find_latest(tmp_path, log=pytest.fail).round == 1_000_000
+    save(tmp_path, 6, keep=5)  # pruning leaves what is not its own alone
+    for odd in ("round-12345", "xround-000009", "round-000009x", "round-000010", "notes"):
+        assert (tmp_path / odd).exists(), odd
+
+
+def test_find_latest_logs_to_stdout_by_default(tmp_path: Path, capsys) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    (path / "COMPLETE").unlink()
+    assert find_latest(tmp_path).round == 1
+    assert capsys.readouterr().out == (
+        f"skipping checkpoint {path}: partial: no COMPLETE marker (the save was interrupted)\n"
+    )
+    assert find_latest(tmp_path / "none") is None and list_checkpoints(tmp_path / "none") == []
+
+
+def test_a_size_mismatch_names_both_sizes(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    size = (path / "state.json").stat().st_size
+    (path / "state.json").write_text("{}")
+    logs: list[str] = []
+    assert find_latest(tmp_path, log=logs.append).round == 1
+    assert logs == [
+        f"skipping checkpoint {path}: corrupt: file state.json size 2 != {size} in manifest"
+    ]
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "[]",
+        '{"files": []}',
+        '{"files": {"state.json": {"size": "x", "sha256": "0"}}}',
+        '{"files": {"a": 5}}',
+        "{}",
+    ],
+)
+def test_any_malformed_manifest_is_skipped_not_raised(tmp_path: Path, manifest: str) -> None:
+    save(tmp_path, 1)
+    path = save(tmp_path, 2)
+    (path / "MANIFEST.json").write_text(manifest)
+    logs: list[str] = []
+    assert find_latest(tmp_path, log=logs.append).round == 1
+    assert logs == [f"skipping checkpoint {path}: corrupt: missing or unreadable MANIFEST.json"]
+
+
+def test_refusals_in_their_exact_words(tmp_path: Path) -> None:
+    def refusal(*args, **kw) -> str:
+        with pytest.raises(CheckpointError) as e:
+            save_checkpoint(*args, **kw)
+        return str(e.value)
+
+    w = writer(b"w")
+    assert refusal(tmp_path, True, w, {}) == "round must be a non-negative integer, got True"
+    assert refusal(tmp_path, 1.0, w, {}) == "round must be a non-negative integer, got 1.0"
+    assert refusal(tmp_path, 1, w, {}, keep=True) == (
+        "keep must be an integer >= 1, got True; use 1 to keep only the latest"
+    )
+    assert refusal(tmp_path, 1, w, {}, keep=2.0) == (
+        "keep must be an integer >= 1, got 2.0; use 1 to keep only the latest"
+    )
+    msg = refusal(tmp_path, 1, w, {"x": float("inf")})
+    assert msg.startswith("checkpoint state is not plain JSON (")
+    assert msg.endswith("); store only str/int/float/bool/list/dict, no NaN")
+    assert refusal(tmp_path, 1, lambda d: (d / "state.json").write_text("{}"), {}) == (
+        "write_files created state.json, a name the checkpoint reserves; rename that file"
+    )
+    assert refusal(tmp_path, 1, lambda d: (d / "MANIFEST.json").write_text("{}"), {}) == (
+        "write_files created MANIFEST.json, a name the checkpoint reserves; rename that file"
+    )
+    assert not tmp_path.exists() or tmp_dirs(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_disk_full_or_over_quota_says_what_to_do_in_full(tmp_path: Path, code: int) -> None:
+    def full(d: Path) -> None:
+        raise OSError(code, os.strerror(code))
+
+    with pytest.raises(CheckpointError) as e:
+        save_checkpoint(tmp_path, 4, full, {}, keep=2)
+    assert str(e.value) == (
+        f"no space left on the disk holding {tmp_path} while saving round 4; "
+        "free space or lower keep (now 2) — earlier checkpoints are intact"
+    )
+    assert isinstance(e.value.__cause__, OSError)
+    with pytest.raises(OSError) as other:  # any other OSError passes through as it is
+        save_checkpoint(tmp_path, 4, lambda d: (_ for _ in ()).throw(OSError(errno.EIO, "io")), {})
+    assert not isinstance(other.value, CheckpointError)
+
+
+def test_a_save_that_fails_before_its_temp_dir_exists_raises_its_own_error(tmp_path: Path) -> None:
+    """The cleanup of a temp dir that was never made must not hide the real error."""
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    with pytest.raises(OSError) as e:
+        save_checkpoint(root, 1, writer(b"w"), {})
+    assert type(e.value) is FileExistsError
+
+
+def test_a_failed_first_publish_raises_its_own_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import sapo_edge.checkpoints as checkpoints
+
+    real_rename = os.rename
+
+    def rename(src, dst) -> None:
+        if Path(src).name.startswith(".tmp-round-"):  # publishing round-000001
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(src, dst)  # anything else it tries (there is nothing to put back)
+
+    monkeypatch.setattr(checkpoints.os, "rename", rename)
+    with pytest.raises(OSError) as e:
+        save_checkpoint(tmp_path, 1, writer(b"w"), {})
+    assert e.value.errno == errno.EIO and "I/O error" in str(e.value)
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checking_a_live_writer_only_asks_and_never_signals_it(tmp_path: Path) -> None:
+    # default actions for every signal a wrong one could be (not inherited: nohup ignores HUP)
+    code = (
+        "import signal, sys, time\n"
+        "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):\n"
+        "    signal.signal(s, signal.SIG_DFL)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        live = tmp_path / f".tmp-round-000009-{child.pid}-abcd1234"
+        live.mkdir(parents=True)
+        save(tmp_path, 1)
+        assert live.is_dir()  # its writer is alive: left alone
+        with pytest.raises(subprocess.TimeoutExpired):  # still running: signal 0 only asks
+            child.wait(timeout=1)
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+        child.stdout.close()
+
+
+def test_a_writer_we_may_not_signal_counts_as_alive(tmp_path: Path, monkeypatch) -> None:
+    """Another user's process: os.kill(pid, 0) raises PermissionError; its temp dir stays."""
+    import sapo_edge.checkpoints as checkpoints
+
+    def kill(pid: int, sig: int) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    other = tmp_path / ".tmp-round-000009-999999-abcd1234"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(checkpoints.os, "kill", kill)
+    save(tmp_path, 1)
+    assert other.is_dir()
+
+
+def test_a_root_whose_parents_do_not_exist_yet_is_made(tmp_path: Path) -> None:
+    root = tmp_path / "runs" / "node" / "checkpoints"
+    assert save(root, 1) == root / "round-000001"
+    assert find_latest(root, log=pytest.fail).round == 1

@@ -143,6 +143,7 @@ def test_alias_not_on_this_machine_offline_says_how_to_fetch_it(
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-long`
 def test_smollm2_alias_converts_once_then_reuses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import pytest
@@ -326,8 +327,11 @@ def test_one_bad_group_says_which():
 
 # --- fuzzing: only RolloutError ever comes out ------------------------------------------------
 
-FUZZ_BYTES = settings(max_examples=3000, deadline=None, database=None)
-FUZZ = settings(max_examples=600, deadline=None, database=None)  # structures cost more to draw
+# Under `make mutate` (mutmut sets MUTANT_UNDER_TEST) these run once per mutant of the validators:
+# a tenth of the examples there, the full count in `make test`.
+_SCALE = 10 if "MUTANT_UNDER_TEST" in os.environ else 1
+FUZZ_BYTES = settings(max_examples=3000 // _SCALE, deadline=None, database=None)
+FUZZ = settings(max_examples=600 // _SCALE, deadline=None, database=None)  # structures cost more
 
 scalars = (
     st.none()
@@ -388,3 +392,343 @@ def test_fuzz_mutated_valid_groups(field, value, how):
         RolloutGroup.from_dict(d)
     except RolloutError:
         pass
+
+
+# --- exact sentences, the value descriptions and every default cap at its edge -----------------
+# (from `make mutate`'s survivors: the reason codes were tested, the words a person reads not)
+
+FIELDS = (
+    "version, task_ref, question, reference_answer, completions, finished, rewards, producer, "
+    "model, round, created_at"
+)
+
+
+def refusal(d: Any, limits: Limits = DEFAULT_LIMITS) -> tuple[str, str]:
+    with pytest.raises(RolloutError) as e:
+        RolloutGroup.from_dict(d, limits)
+    return e.value.reason, str(e.value)
+
+
+@pytest.mark.parametrize(
+    "d, expected",
+    [
+        (None, ("bad_type", "a rollout group must be a JSON object, not null.")),
+        ([], ("bad_type", "a rollout group must be a JSON object, not an array.")),
+        (
+            without("version"),
+            ("missing_field", "rollout group lacks field version; send version 2."),
+        ),
+        (
+            with_(version=7),
+            (
+                "unknown_version",
+                "rollout group has version 7; this node speaks version 2, upgrade one side.",
+            ),
+        ),
+        (
+            with_(version=0),
+            (
+                "unknown_version",
+                "rollout group has version 0; this node speaks version 2, upgrade one side.",
+            ),
+        ),
+        (
+            with_(version=True),
+            (
+                "unknown_version",
+                "rollout group has version True; this node speaks version 2, upgrade one side.",
+            ),
+        ),
+        (
+            with_(version=2.0),
+            (
+                "unknown_version",
+                "rollout group has version 2.0; this node speaks version 2, upgrade one side.",
+            ),
+        ),
+        (
+            with_(version=1),
+            (
+                "old_version",
+                "rollout group has version 1, from an older sapo-edge that does not say which completions finished; this node speaks version 2: upgrade sapo-edge on that node.",
+            ),
+        ),
+        (
+            without("model"),
+            ("missing_field", f"rollout group lacks field(s) model; send all of {FIELDS}."),
+        ),
+        (
+            {"version": 2},
+            (
+                "missing_field",
+                f"rollout group lacks field(s) {FIELDS.replace('version, ', '')}; send all of {FIELDS}.",
+            ),
+        ),
+        (
+            with_(**{"z" * 45: 1, "b": 2}),
+            (
+                "unknown_field",
+                f"rollout group has unknown field(s) b, {'z' * 40}; send only {FIELDS}.",
+            ),
+        ),
+        (
+            with_(**{f"x{i}": 0 for i in range(7)}),
+            (
+                "unknown_field",
+                f"rollout group has unknown field(s) x0, x1, x2, x3, x4; send only {FIELDS}.",
+            ),
+        ),
+        (with_(question=3), ("bad_type", "question must be a string, not a number.")),
+        (with_(question=None), ("bad_type", "question must be a string, not null.")),
+        (
+            with_(reference_answer=["4"]),
+            ("bad_type", "reference_answer must be a string, not an array."),
+        ),
+        (
+            with_(completions=["a", {}], rewards=[0, 1], finished=[True, True]),
+            ("bad_type", "completions[1] must be a string, not an object."),
+        ),
+        (with_(completions="ab"), ("bad_type", "completions and rewards must be JSON arrays.")),
+        (with_(rewards={}), ("bad_type", "completions and rewards must be JSON arrays.")),
+        (
+            with_(completions=["a"], rewards=[1], finished=[True]),
+            (
+                "bad_shape",
+                "rollout group has 1 completion(s); a group needs at least 2 to compare.",
+            ),
+        ),
+        (
+            with_(rewards=[1, 0]),
+            (
+                "bad_shape",
+                "rollout group has 3 completions but 2 rewards; send one reward per completion.",
+            ),
+        ),
+        (
+            with_(finished=[True]),
+            (
+                "bad_shape",
+                "rollout group has 3 completions but 1 finished flags; send one per completion.",
+            ),
+        ),
+        (
+            with_(finished="yes"),
+            ("bad_type", "finished must be a JSON array of true/false, one per completion."),
+        ),
+        (with_(rewards=[1, 0, "x"]), ("bad_type", "rewards[2] must be a number, not a string.")),
+        (with_(rewards=[1, False, 0]), ("bad_type", "rewards[1] must be a number, not a boolean.")),
+        (
+            with_(rewards=[1, 0, 10**400]),
+            ("non_finite", "rewards[2] is an integer of 1329 bits; it must be a finite number."),
+        ),
+        (
+            with_(created_at=float("-inf")),
+            ("non_finite", "created_at is -inf; it must be a finite number."),
+        ),
+        (
+            with_(producer=""),
+            ("bad_value", "rollout group has an empty producer; send a non-empty id."),
+        ),
+        (with_(model=""), ("bad_value", "rollout group has an empty model; send a non-empty id.")),
+        (with_(model=5), ("bad_type", "model must be a string, not a number.")),
+        (with_(round="1"), ("bad_type", "round must be an integer, not a string.")),
+        (with_(round=False), ("bad_type", "round must be an integer, not a boolean.")),
+        (with_(round=-3), ("bad_value", "round is -3; it must be a non-negative integer.")),
+        (
+            with_(round=2**63),
+            ("bad_value", "round is an integer of 64 bits; it must be a non-negative integer."),
+        ),
+        (
+            with_(round=-(10**18)),
+            ("bad_value", "round is an integer of 60 bits; it must be a non-negative integer."),
+        ),
+        (
+            with_(round=-(10**18) + 1),
+            ("bad_value", f"round is {-(10**18) + 1}; it must be a non-negative integer."),
+        ),
+        (
+            with_(question="q" * 16_001),
+            ("too_large", "question has 16001 characters, over the limit of 16000."),
+        ),
+    ],
+)
+def test_each_refusal_says_what_is_wrong_in_its_own_words(d, expected):
+    assert refusal(d) == expected
+
+
+def test_a_bad_task_ref_says_why():
+    r, msg = refusal(with_(task_ref="basic_arithmetic"))
+    assert r == "bad_task_ref" and msg.startswith("rollout group has a bad task_ref: ")
+    assert msg.endswith(".") and len(msg) > len("rollout group has a bad task_ref: .") + 5
+
+
+def test_every_default_cap_at_its_edge():
+    assert Limits() == DEFAULT_LIMITS
+    assert (
+        DEFAULT_LIMITS.max_completions,
+        DEFAULT_LIMITS.max_completion_chars,
+        DEFAULT_LIMITS.max_question_chars,
+        DEFAULT_LIMITS.max_answer_chars,
+        DEFAULT_LIMITS.max_id_chars,
+        DEFAULT_LIMITS.max_groups_per_batch,
+        DEFAULT_LIMITS.max_batch_bytes,
+    ) == (64, 16_000, 16_000, 2_000, 128, 256, 1 << 20)
+    at_caps = with_(
+        completions=["c" * 16_000, "d"] + ["e"] * 62,
+        rewards=[0.0] * 64,
+        finished=[False] * 64,
+        question="q" * 16_000,
+        reference_answer="a" * 2_000,
+        producer="p" * 128,
+        model="m" * 128,
+        task_ref={"dataset": "d" * 128, "config": {}, "seed": 0, "index": 0},
+    )
+    g = RolloutGroup.from_dict(at_caps)
+    assert len(g.completions) == 64 and g.model == "m" * 128
+    for over in (
+        {"completions": ["c"] * 65, "rewards": [0] * 65, "finished": [False] * 65},
+        {"completions": ["c" * 16_001, "d"], "rewards": [0, 0], "finished": [False] * 2},
+        {"question": "q" * 16_001},
+        {"reference_answer": "a" * 2_001},
+        {"producer": "p" * 129},
+        {"model": "m" * 129},
+        {"task_ref": {"dataset": "d" * 129, "config": {}, "seed": 0, "index": 0}},
+    ):
+        assert refusal({**at_caps, **over})[0] == "too_large", list(over)
+
+
+def test_batch_refusals_in_words_and_the_group_count_edge():
+    def batch_refusal(data: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[str, str]:
+        with pytest.raises(RolloutError) as e:
+            decode_batch(data, limits)
+        return e.value.reason, str(e.value)
+
+    assert batch_refusal(b"[]") == (
+        "bad_type",
+        "a rollout batch must be a JSON object, not an array.",
+    )
+    assert batch_refusal(b'"x"') == (
+        "bad_type",
+        "a rollout batch must be a JSON object, not a string.",
+    )
+    assert batch_refusal(b"true") == (
+        "bad_type",
+        "a rollout batch must be a JSON object, not a boolean.",
+    )
+    assert batch_refusal(b"1.5") == (
+        "bad_type",
+        "a rollout batch must be a JSON object, not a number.",
+    )
+    assert batch_refusal(b'{"version": 2}') == (
+        "missing_field",
+        "rollout batch lacks field groups; send {version, groups}.",
+    )
+    assert batch_refusal(b'{"groups": []}') == (
+        "missing_field",
+        "rollout batch lacks field version; send version 2.",
+    )
+    assert batch_refusal(b'{"version": 2, "groups": [], "b": 0, "a": 1}') == (
+        "unknown_field",
+        "rollout batch has unknown field(s) a, b; send only version and groups.",
+    )
+    assert batch_refusal(b'{"version": 2, "groups": 5}') == (
+        "bad_type",
+        "rollout batch groups must be an array, not a number.",
+    )
+    three = batch(*[valid_dict()] * 3)
+    assert len(decode_batch(three, Limits(max_groups_per_batch=3))) == 3
+    assert batch_refusal(three, Limits(max_groups_per_batch=2)) == (
+        "too_large",
+        "batch has 3 groups, over the limit of 2.",
+    )
+    r, msg = batch_refusal(b"[1,", Limits())
+    assert r == "bad_json" and msg.startswith("rollout batch rejected: input is not valid JSON (")
+    r, msg = batch_refusal(b"[1]", Limits(max_batch_bytes=2))
+    assert (r, msg) == (
+        "too_large",
+        "rollout batch rejected: JSON input is 3 bytes, over the 2-byte limit; send less.",
+    )
+    _, msg = batch_refusal(batch(valid_dict(), with_(round=-5)))
+    assert msg == "group 1: round is -5; it must be a non-negative integer."
+
+
+def test_encode_refuses_with_words_at_both_caps():
+    g = group()
+    with pytest.raises(RolloutError) as e:
+        encode_batch([g] * 3, Limits(max_groups_per_batch=2))
+    assert (e.value.reason, str(e.value)) == (
+        "too_large",
+        "batch has 3 groups, over the limit of 2; split it.",
+    )
+    assert len(encode_batch([g] * 2, Limits(max_groups_per_batch=2))) > 0
+    size = len(encode_batch([g]))
+    assert encode_batch([g], Limits(max_batch_bytes=size)) == encode_batch([g])
+    with pytest.raises(RolloutError) as e:
+        encode_batch([g], Limits(max_batch_bytes=size - 1))
+    assert str(e.value) == f"batch is {size} bytes, over the {size - 1}-byte limit; split it."
+    # the bytes are canonical UTF-8 JSON (raw Unicode, sorted keys, no spaces)
+    data = encode_batch([g])
+    assert "✓".encode() in data and b'{"groups":[{' in data and data.endswith(b',"version":2}')
+
+
+def test_group_id_is_sha256_of_the_task_key_and_completions_in_compact_json():
+    import hashlib
+
+    g = group()
+    key = (
+        '{"config":{"min_terms":2,"ops":["+","-"]},"dataset":"basic_arithmetic","index":3,"seed":7}'
+    )
+    assert g.task_ref.key == key
+    escaped = key.replace('"', '\\"')
+    payload = '["' + escaped + '",["<answer>4</answer>","<answer>5</answer>","it is 4 \\u2713"]]'
+    assert g.group_id == hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+@pytest.mark.parametrize(
+    "over, expected",
+    [
+        (
+            {"task_ref": {"dataset": "d" * 129, "config": {}, "seed": 0, "index": 0}},
+            "task_ref.dataset has 129 characters, over the limit of 128.",
+        ),
+        (
+            {"reference_answer": "a" * 2_001},
+            "reference_answer has 2001 characters, over the limit of 2000.",
+        ),
+        (
+            {"completions": ["c"] * 65, "rewards": [0] * 65, "finished": [False] * 65},
+            "rollout group has 65 completions, over the limit of 64.",
+        ),
+        (
+            {"completions": ["c", "c" * 16_001], "rewards": [0, 0], "finished": [False] * 2},
+            "completions[1] has 16001 characters, over the limit of 16000.",
+        ),
+        ({"producer": 5}, "producer must be a string, not a number."),
+        ({"producer": "p" * 129}, "producer has 129 characters, over the limit of 128."),
+        ({"model": "m" * 129}, "model has 129 characters, over the limit of 128."),
+        (
+            {"question": b"bytes"},
+            "question must be a string, not bytes.",
+        ),  # a Python caller's value
+        (
+            {"version": "2"},
+            "rollout group has version a string; this node speaks version 2, upgrade one side.",
+        ),
+        (
+            {"version": [2]},
+            "rollout group has version an array; this node speaks version 2, upgrade one side.",
+        ),
+    ],
+)
+def test_each_field_names_itself_in_its_refusal(over, expected):
+    assert refusal(with_(**over))[1] == expected
+
+
+def test_a_batch_names_at_most_five_unknown_fields_cut_to_40_characters():
+    extra = {f"{c}" * 45: 0 for c in "abcdefg"}
+    with pytest.raises(RolloutError) as e:
+        decode_batch(json.dumps({"version": 2, "groups": [], **extra}).encode())
+    names = ", ".join(c * 40 for c in "abcde")
+    assert (
+        str(e.value) == f"rollout batch has unknown field(s) {names}; send only version and groups."
+    )

@@ -89,3 +89,201 @@ def test_bad_json(text):
 
 def test_non_text_input_is_refused():
     assert reason(12) == "bad_type"
+
+
+# --- limits at their edges, exact messages, and the depth pre-scan against a reference ----------
+# (written from the mutants that survived `make mutate`; docs/testing.md)
+
+import re  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from sapo_edge.safejson import _max_depth_exceeded  # noqa: E402
+
+
+def message(data, **kw) -> tuple[str, str]:
+    with pytest.raises(JsonError) as e:
+        loads_strict(data, **kw)
+    return e.value.reason, str(e.value)
+
+
+def test_default_size_limit_is_one_mebibyte_counted_in_utf8_bytes_at_its_edge():
+    mib = 1 << 20
+    fits = '"' + "a" * (mib - 2) + '"'  # exactly 1 MiB
+    assert loads_strict(fits) == "a" * (mib - 2)
+    assert loads_strict(fits.encode()) == "a" * (mib - 2)
+    over = '"' + "a" * (mib - 1) + '"'
+    assert reason(over) == reason(over.encode()) == "too_large"
+
+
+def test_size_limit_edges_for_bytes_str_and_multibyte_str():
+    assert loads_strict(b"[1,2]", max_bytes=5) == [1, 2]
+    assert loads_strict("[1,2]", max_bytes=5) == [1, 2]
+    assert reason(b"[1,22]", max_bytes=5) == reason("[1,22]", max_bytes=5) == "too_large"
+    # 5 characters, 6 UTF-8 bytes: refused by its byte count, not its length
+    assert loads_strict('"ééé"', max_bytes=8) == "ééé"  # 8 bytes
+    assert reason('"éééé"', max_bytes=9) == "too_large"  # 6 chars, 10 bytes
+
+
+def test_bytearray_and_memoryview_are_bytes():
+    assert loads_strict(bytearray(b'{"a":1}')) == {"a": 1}
+    assert loads_strict(memoryview(b'{"a":1}')) == {"a": 1}
+    assert reason(bytearray(b"[1,2,3]"), max_bytes=3) == "too_large"
+    assert reason(memoryview(b'"\xff"')) == "bad_utf8"
+
+
+@pytest.mark.parametrize(
+    "data, kw, expected",
+    [
+        (
+            b"[1,2,3]",
+            {"max_bytes": 5},
+            ("too_large", "JSON input is 7 bytes, over the 5-byte limit; send less."),
+        ),
+        (
+            "[1,2,3]",
+            {"max_bytes": 5},
+            ("too_large", "JSON input is over the 5-byte limit; send less."),
+        ),
+        (
+            '"ééé"',
+            {"max_bytes": 6},
+            ("too_large", "JSON input is 8 bytes, over the 6-byte limit; send less."),
+        ),
+        (
+            b'"ab\xff"',
+            {},
+            ("bad_utf8", "JSON input is not valid UTF-8 (byte 3); encode text as UTF-8."),
+        ),
+        (
+            '"\ud800"',
+            {},
+            ("bad_unicode", "JSON text holds a lone surrogate character; send valid Unicode text."),
+        ),
+        (
+            '"\\ud800"',
+            {},
+            (
+                "bad_unicode",
+                "JSON strings must not hold lone surrogates like \\ud800; send valid Unicode text.",
+            ),
+        ),
+        (3.5, {}, ("bad_type", "JSON input must be bytes or str, not float.")),
+        (
+            "[[[]]]",
+            {"max_depth": 2},
+            ("too_deep", "JSON nests arrays/objects deeper than 2 levels; flatten it."),
+        ),
+        (
+            "-12345",
+            {"max_int_digits": 4},
+            ("huge_int", "JSON integer has 5 digits, over the 4-digit limit."),
+        ),
+        (
+            "1e999",
+            {},
+            ("non_finite", "JSON number 1e999 overflows to infinity; send a finite number."),
+        ),
+        (
+            "[" + "1" * 45 + "e999]",
+            {},
+            ("non_finite", f"JSON number {'1' * 40} overflows to infinity; send a finite number."),
+        ),
+        ("[-Infinity]", {}, ("non_finite", "JSON does not allow -Infinity; send a finite number.")),
+        (
+            '{"ab":1,"ab":2}',
+            {},
+            ("duplicate_key", "JSON object repeats the key 'ab'; send each key once."),
+        ),
+        (
+            '{"' + "k" * 70 + '":1,"' + "k" * 70 + '":2}',
+            {},
+            ("duplicate_key", f"JSON object repeats the key {'k' * 60!r}; send each key once."),
+        ),
+    ],
+)
+def test_each_refusal_has_its_reason_and_exact_sentence(data, kw, expected):
+    assert message(data, **kw) == expected
+
+
+def test_bad_json_message_names_the_parser_error():
+    r, msg = message("[1,]")
+    assert r == "bad_json"
+    assert re.fullmatch(r"input is not valid JSON \(.+line 1 column 4 \(char 3\)\)\.", msg), msg
+
+
+def test_recursion_past_the_prescan_is_typed_even_at_a_low_recursion_limit():
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)
+    try:
+        assert message("[" * 300 + "]" * 300, max_depth=10**6) == (
+            "too_deep",
+            "JSON nests too deeply to parse; flatten it.",
+        )
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_surrogates_are_found_in_keys_values_and_nested_lists():
+    assert reason('{"a":{"\\udc00":1}}') == "bad_unicode"
+    assert reason('{"a":["x",["\\ud800"]]}') == "bad_unicode"
+    assert reason('[{"ok":"\\udbff"}]') == "bad_unicode"
+    assert loads_strict('{"a":[{"b":"\\ud83d\\ude00"}]}') == {"a": [{"b": "😀"}]}
+
+
+def depth_of(value) -> int:
+    """Reference: nesting depth of a parsed value, by recursion over the value itself."""
+    if isinstance(value, dict):
+        return 1 + max((depth_of(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((depth_of(v) for v in value), default=0)
+    return 0
+
+
+# strings full of the characters the pre-scan looks at: brackets, quotes, backslashes
+_tricky = st.text(alphabet='[]{}"\\a', max_size=6)
+_values = st.recursive(
+    st.none() | st.integers(-5, 5) | _tricky,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(_tricky, kids, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_values, st.integers(0, 6), st.booleans())
+def test_depth_prescan_agrees_with_the_depth_of_the_parsed_value(value, limit, spaced):
+    text = json.dumps(value, separators=(", ", ": ") if spaced else (",", ":"))
+    too_deep = depth_of(value) > limit
+    assert _max_depth_exceeded(text, limit) is too_deep
+    if too_deep:
+        assert reason(text, max_depth=limit) == "too_deep"
+    else:
+        assert loads_strict(text, max_depth=limit) == value
+
+
+@pytest.mark.parametrize(
+    "text, depth",
+    [
+        ('["\\\\", [[]]]', 3),  # an escaped backslash ends its escape: the quote after it closes
+        ('["\\\\\\"[", []]', 2),  # backslash, escaped quote, bracket inside the string
+        ('[["]"], {"}": []}]', 3),
+        ("[[], [], [[]]]", 3),
+        ('{"a": [], "b": {"c": [1]}}', 3),
+        ("[[[], [[]]]]", 4),  # depth goes back down one level per closer, not to 1
+    ],
+)
+def test_depth_prescan_on_hand_counted_texts(text, depth):
+    assert depth_of(json.loads(text)) == depth  # the hand count, checked
+    assert _max_depth_exceeded(text, depth) is False
+    assert _max_depth_exceeded(text, depth - 1) is True
+
+
+def test_depth_prescan_on_text_that_is_not_json():
+    """The scan runs before the parser, so it sees any text: a string that closes right after
+    it opens (`""`) leaves what follows outside it."""
+    assert _max_depth_exceeded('""[[[', 2) is True
+    assert _max_depth_exceeded('"[[["', 2) is False
+    assert reason('""[[[', max_depth=2) == "too_deep"

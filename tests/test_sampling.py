@@ -363,3 +363,121 @@ def test_a_loaded_pool_keeps_arrival_rounds_text_sizes_and_skips_only_bad_groups
     assert empty.load_state_dict({"version": 1}) == 0  # nothing saved: an empty pool
     assert len(empty) == 0 and set(empty.stats().values()) == {0}
     assert empty.add(rg(1), 0)
+
+
+# --- constructor edges, defaults, the seen-ids bound and the sentences (from `make mutate`) -----
+
+
+def test_pool_defaults_and_constructor_edges_with_their_sentences():
+    p = ExternalPool("me")
+    assert (p.capacity, p.freshness_rounds, p.max_age_rounds, p.max_peer_share) == (
+        2048,
+        5,
+        20,
+        1.0,
+    )
+    assert ExternalPool("me", freshness_rounds=2, max_age_rounds=3).max_age_rounds == 3
+    assert ExternalPool("me", freshness_rounds=2).max_age_rounds == 8
+    one = ExternalPool("me", capacity=1, freshness_rounds=0)  # the smallest legal pool
+    assert one.add(rg(1), 0) and len(one) == 1
+    for kw, msg in (
+        ({"capacity": 0}, "pool capacity is 0; it must hold at least one group."),
+        ({"freshness_rounds": -1}, "freshness_rounds is -1; use 0 or more rounds."),
+        ({"max_peer_share": 0.0}, "max_peer_share is 0.0; use a fraction in (0, 1]."),
+    ):
+        with pytest.raises(ValueError) as e:
+            ExternalPool("me", **kw)
+        assert str(e.value) == msg
+    with pytest.raises(ValueError) as e:
+        p.load_state_dict({"version": 2})
+    assert str(e.value) == "the rollout pool's saved state is not one this version can read."
+
+
+def test_the_pool_remembers_the_last_eight_times_capacity_ids():
+    p = ExternalPool("me", capacity=1)
+    groups = [rg(i) for i in range(9)]
+    for g in groups:
+        assert p.add(g, 0)
+    assert not p.add(groups[1], 0)  # the 8 latest ids are remembered...
+    assert not p.add(groups[8], 0)
+    assert p.add(groups[0], 0)  # ...the 9th latest is forgotten: accepted again
+    assert p.stats()["duplicate"] == 2
+
+
+def test_own_groups_are_counted_each_time():
+    p = ExternalPool("me")
+    for _ in range(3):
+        assert not p.add(rg(1, producer="me"), 0)
+    assert p.stats()["own"] == 3 and len(p) == 0
+
+
+def test_asking_for_no_groups_touches_nothing():
+    p = ExternalPool("me", freshness_rounds=1)  # max age 4
+    p.add(rg(1), 0)
+    assert p.sample(0, 100, verify, random.Random(0)) == []
+    assert len(p) == 1 and p.stats()["stale"] == 0  # not even the stale sweep
+    assert p.sample(1, 100, verify, random.Random(0)) == [] and p.stats()["stale"] == 1
+
+
+def test_a_group_exactly_freshness_rounds_old_is_still_offered():
+    p = ExternalPool("me", freshness_rounds=5)
+    p.add(rg(1), 0)
+    p.add(rg(2, producer="peer-2"), 5)
+    got = p.sample(2, 5, verify, random.Random(0))
+    assert sorted(g.question for g in got) == ["q1", "q2"]
+
+
+def test_scored_keeps_the_task_and_refuses_texts_that_are_not_the_tokens():
+    from sapo_edge.backends.base import Completion
+
+    ref = TaskRef.make("bf", {}, 0, 3)
+    assert scored("g", ref, "q", ["a", "b"], [1, 0], "self").task_ref == ref
+    toks = [Completion(text="a", ids=(1,), end_id=2)]
+    with pytest.raises(ValueError) as e:
+        scored("g", ref, "q", ["x"], [1], "self", tokens=toks)
+    assert str(e.value) == (
+        "the texts scored are not the texts of the tokens to train; score Completion.text."
+    )
+
+
+def test_subset_and_self_sampling_refusals_and_no_draw_when_nothing_is_cut():
+    with pytest.raises(ValueError) as e:
+        select_subset([], "some", 0, random.Random(0))
+    assert str(e.value) == "unknown share policy 'some'; use one of all, informative, none."
+    with pytest.raises(ValueError) as e:
+        select_subset([], "all", -1, random.Random(0))
+    assert str(e.value) == "max_count is -1; use 0 for no cap or a positive number."
+    with pytest.raises(ValueError) as e:
+        sample_self([], -2, random.Random(0))
+    assert str(e.value) == "count is -2; ask for zero or more groups."
+    rng = random.Random(5)
+    groups = [rg(i) for i in range(3)]
+    assert select_subset(groups, "all", 3, rng) == groups  # exactly at the cap: all, no draw
+    assert rng.random() == random.Random(5).random()
+
+
+def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budget():
+    a1, a2, b = rg(1, producer="peer-a"), rg(2, producer="peer-a"), rg(3, producer="peer-b")
+    size = {
+        g.question: len(g.question) + 1 + sum(len(c) for c in g.completions) for g in (a1, a2, b)
+    }
+    big = ExternalPool("me")
+    big.add(a1, 0)
+    big.add(a2, 0)
+    small = ExternalPool("me", max_chars=sum(size.values()) - 1)
+    small.load_state_dict(big.state_dict())
+    assert small.add(b, 1) and len(small) == 2  # over by one: peer-a, holding most, loses one
+    assert small.stats()["evicted"] == 1
+    kept = ExternalPool("me")
+    kept.load_state_dict(small.state_dict())
+    assert sorted(g.question for g in kept.sample(2, 1, verify, random.Random(0))) == ["q2", "q3"]
+
+
+def test_a_producer_whose_last_group_was_used_holds_no_text_any_more():
+    a, b, c = (rg(i, producer=f"peer-{x}") for i, x in ((1, "a"), (2, "b"), (3, "c")))
+    size = len(b.question) + 1 + sum(len(t) for t in b.completions)  # each group's text
+    p = ExternalPool("me", max_chars=2 * size)  # room for two groups
+    p.add(a, 0)
+    assert [g.question for g in p.sample(1, 0, verify, random.Random(0))] == ["q1"]
+    assert p.add(b, 0) and p.add(c, 0)
+    assert len(p) == 2 and p.stats()["evicted"] == 0  # peer-a's used group counts for nothing

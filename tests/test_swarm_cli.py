@@ -183,3 +183,40 @@ def test_an_identity_file_owned_by_someone_else_is_refused(tmp_path, monkeypatch
     monkeypatch.setattr(os, "getuid", lambda: me + 1)
     with pytest.raises(IdentityError, match="belongs to user id"):
         load_or_create(path)
+
+
+@pytest.mark.slow
+def test_a_run_takes_its_room_key_from_SAPO_EDGE_SECRET_end_to_end(
+    tiny_qwen, tmp_path, monkeypatch, capsys
+) -> None:
+    """The README's `export SAPO_EDGE_SECRET=sapo1-...; sapo-edge run ...`: the node that read
+    the key from the environment completes the handshake with a peer holding the same room key
+    (the link's pre-shared key derives from it), and is refused by one holding another key."""
+    import time
+
+    from swarm_util import net
+
+    key = new_room_key()
+    argv = ["run", "--headless", "--model", str(tiny_qwen), "--rounds", "1", "--no-mdns"]
+    argv += ["--listen", "127.0.0.1:0", "--room", "lab", *FAST]
+    me, _ = load_or_create()
+    for peer_key, joins in ((key, True), (new_room_key(), False)):
+        peer = net(room="lab", secret=peer_key)
+        try:
+            monkeypatch.setenv("SAPO_EDGE_SECRET", key)
+            out = tmp_path / ("same" if joins else "other")
+            assert main([*argv, "--out-dir", str(out), "--peer", f"127.0.0.1:{peer.port}"]) == 0
+            capsys.readouterr()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                known = {p.node_id for p in peer.peers()}
+                if (me.node_id in known) or (not joins and sum(peer.rejections().values())):
+                    break
+                time.sleep(0.05)
+            assert (me.node_id in {p.node_id for p in peer.peers()}) is joins
+            if not joins:
+                assert sum(peer.rejections().values()) >= 1  # refused, and counted
+            saved = (out / me.name / "config.json").read_text()
+            assert key not in saved
+        finally:
+            peer.close()

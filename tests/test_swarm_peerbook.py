@@ -177,3 +177,16 @@ def test_a_peers_batches_per_minute_are_counted_over_a_sliding_minute():
     assert not b.rate_ok(st, 160.0, 3)  # the first three are still inside the minute
     assert b.rate_ok(st, 160.5, 3)  # the first (t=100) has left it
     assert len(st.batches) == 3
+
+
+def test_reject_says_muted_only_when_it_mutes():
+    b = book(threshold=2)
+    node = "ab" * 16
+    assert is_node_id(node)
+    for _ in range(5):  # an honest peer's wrong clock: counted, never a mute
+        assert b.reject(node, "stale_round", mute=False) is False
+    for _ in range(5):  # an address or a relay route: counted, never muted
+        assert b.reject("ip:10.0.0.9", "bad_json") is False
+        assert b.reject("relay:ws://r:7745", "bad_json") is False
+    assert b.reject(node, "bad_json") is False  # one under the threshold
+    assert b.reject(node, "bad_json") is True  # at it: muted now

@@ -277,3 +277,182 @@ def test_field_checks_say_what_is_wrong_in_words():
             check_fields(obj, spec, "thing")
         assert (e.value.reason, str(e.value)) == (reason, message)
     assert check_fields({"a": "x", "b": 1}, spec, "thing") == {"a": "x", "b": 1}
+
+
+# --- each field kind at its edges, with the exact sentence (from `make mutate`'s survivors) ------
+
+
+def field_error(obj, spec) -> tuple[str, str]:
+    with pytest.raises(ProtocolError) as e:
+        check_fields(obj, spec, "thing")
+    return e.value.reason, str(e.value)
+
+
+@pytest.mark.parametrize(
+    "kind, cap, good, bad, expected",
+    [
+        ("str", 3, ["", "abc"], ["abcd"], ("too_large", "thing.f has 4 characters, over 3.")),
+        ("str", 3, [], [3, None, b"ab", ["a"]], ("bad_type", "thing.f must be a string.")),
+        (
+            "hex",
+            4,
+            ["00ff", "a1b2"],
+            ["00f", "00fff", "00FF", "00fg", " 0ff"],
+            ("bad_value", "thing.f must be 4 lowercase hex characters."),
+        ),
+        ("hex", 4, [], [1234, None], ("bad_type", "thing.f must be a string.")),
+        (
+            "int",
+            0,
+            [0, 1, 2**63 - 1],
+            [-1, 2**63],
+            ("bad_value", "thing.f must be a non-negative integer."),
+        ),
+        ("int", 0, [], [True, False, 1.0, "1", None], ("bad_type", "thing.f must be an integer.")),
+        (
+            "float",
+            0,
+            [0, -2, 1.5, 2**70, -1e300],
+            [float("inf"), float("-inf"), float("nan")],
+            ("non_finite", "thing.f must be finite."),
+        ),
+        ("float", 0, [], [True, "1.5", None], ("bad_type", "thing.f must be a number.")),
+        (
+            "list",
+            2,
+            [[], ["a", "b"], ["x" * 40]],
+            [["a", "b", "c"]],
+            ("too_large", "thing.f has over 2 entries."),
+        ),
+        (
+            "list",
+            2,
+            [],
+            [["x" * 41], [1], "ab", None, [["a"]]],
+            ("bad_type", "thing.f must be a list of short strings."),
+        ),
+    ],
+)
+def test_each_field_kind_accepts_its_edge_and_refuses_past_it(kind, cap, good, bad, expected):
+    spec = {"f": (kind, cap)}
+    for v in good:
+        assert check_fields({"f": v}, spec, "thing") == {"f": v}
+    for v in bad:
+        assert field_error({"f": v}, spec) == expected, v
+
+
+def test_every_field_is_checked_not_only_the_first():
+    spec = {"a": ("str", 8), "b": ("int", 0), "c": ("hex", 2)}
+    assert field_error({"a": "x", "b": 1, "c": "zz"}, spec)[0] == "bad_value"
+    assert field_error({"a": "x", "b": -1, "c": "00"}, spec)[0] == "bad_value"
+
+
+def test_unknown_fields_are_named_at_most_five_and_cut_to_40_characters():
+    spec = {"a": ("str", 8)}
+    obj = {"a": "x", **{f"k{i}": 1 for i in range(7)}}
+    assert field_error(obj, spec) == (
+        "unknown_field",
+        "thing has unknown field(s) k0, k1, k2, k3, k4.",
+    )
+    long = "z" * 50
+    assert field_error({"a": "x", long: 1}, spec) == (
+        "unknown_field",
+        f"thing has unknown field(s) {'z' * 40}.",
+    )
+    assert field_error({}, {"a": ("str", 8), "b": ("int", 0)}) == (
+        "missing_field",
+        "thing lacks a, b.",
+    )
+    assert field_error({"b": 1}, {"a": ("str", 8), "b": ("int", 0)}) == (
+        "missing_field",
+        "thing lacks a.",
+    )
+
+
+def parse_error(obj) -> tuple[str, str]:
+    with pytest.raises(ProtocolError) as e:
+        parse_message(json.dumps(obj).encode() if not isinstance(obj, bytes) else obj)
+    return e.value.reason, str(e.value)
+
+
+def test_message_level_refusals_say_what_to_do():
+    assert parse_error(b"[]") == ("bad_type", "a message must be a JSON object.")
+    for t in ({"type": "gossip"}, {"type": 5}, {"x": 1}):
+        assert parse_error(t) == (
+            "unknown_type",
+            "message type must be one of hello, auth, rollouts, stats, bye.",
+        )
+    assert parse_error(hello_dict(version=3)) == (
+        "unknown_version",
+        "peer speaks protocol version 3; this node speaks 2: upgrade one side.",
+    )
+    assert parse_error(hello_dict(role="boss")) == (
+        "bad_value",
+        "hello.role must be one of node, relay.",
+    )
+    assert parse_error(hello_dict(node_id="0" * 32)) == (
+        "bad_identity",
+        "hello.node_id is not the hash of its public key.",
+    )
+    for key in ("name", "model", "backend"):
+        assert parse_error(auth_dict(**{key: "a\nb"})) == (
+            "bad_value",
+            f"auth.{key} holds control characters.",
+        )
+
+
+def test_a_message_over_the_given_limit_or_nested_past_8_is_refused():
+    bye = b'{"type":"bye","reason":"shutdown","message":"' + b"m" * 100 + b'"}'
+    assert isinstance(parse_message(bye, max_bytes=len(bye)), Bye)
+    assert parse_error_at(bye, len(bye) - 1) == "too_large"
+    deep8 = b'{"type":"bye","reason":"a","message":"","x":' + b"[" * 7 + b"]" * 7 + b"}"
+    deep9 = b'{"type":"bye","reason":"a","message":"","x":' + b"[" * 8 + b"]" * 8 + b"}"
+    assert parse_error_at(deep8, 1 << 20) == "unknown_field"  # depth 8 parses, then is checked
+    assert parse_error_at(deep9, 1 << 20) == "too_deep"
+
+
+def parse_error_at(data: bytes, max_bytes: int) -> str:
+    with pytest.raises(ProtocolError) as e:
+        parse_message(data, max_bytes=max_bytes)
+    return e.value.reason
+
+
+def test_every_field_of_a_hello_and_an_envelope_comes_through():
+    ident = Identity.generate()
+    nonce = new_nonce()
+    assert len(nonce) == 32 and set(nonce) <= set("0123456789abcdef") and nonce != new_nonce()
+    h = parse_message(make_hello(ident, ROOM, nonce, b"\x07" * 32, role="relay"))
+    assert h == Hello(2, "relay", ident.node_id, ident.public_key, ROOM, nonce, b"\x07" * 32)
+    from sapo_edge.swarm.protocol import Stats
+
+    sig = "ab" * 64
+    for kind, cls in (("rollouts", Rollouts), ("stats", Stats)):
+        env = {
+            "type": kind,
+            "sender": ident.node_id,
+            "public_key": ident.public_key.hex(),
+            "body": "{}",
+            "signature": sig,
+        }
+        assert parse_message(json.dumps(env).encode()) == cls(
+            ident.node_id, ident.public_key, "{}", bytes.fromhex(sig)
+        )
+    a = parse_message(json.dumps(auth_dict(name="n", capabilities=["x", "y"])).encode())
+    assert a.name == "n" and a.capabilities == ("x", "y") and len(a.signature) == 64
+
+
+def test_parse_errors_keep_the_json_sentence_and_name_the_message_kind():
+    with pytest.raises(ProtocolError) as e:
+        parse_message(b"[1,2,3]", max_bytes=5)
+    assert (e.value.reason, str(e.value)) == (
+        "too_large",
+        "JSON input is 7 bytes, over the 5-byte limit; send less.",
+    )
+    assert parse_error(b'{"type":"bye","reason":5,"message":""}') == (
+        "bad_type",
+        "bye.reason must be a string.",
+    )
+    assert parse_error(hello_dict(nonce="x")) == (
+        "bad_value",
+        "hello.nonce must be 32 lowercase hex characters.",
+    )

@@ -104,6 +104,53 @@ def test_pause_holds_rounds_and_quit_stops_and_saves(tiny_qwen, tmp_path):
     assert (tmp_path / "node" / "checkpoints" / f"round-{done:06d}" / "COMPLETE").exists()
 
 
+def test_s_saves_a_checkpoint_at_once_and_p_again_resumes(tiny_qwen, tmp_path):
+    """The README's keys: `s` saves a checkpoint now (here while paused, with periodic
+    checkpoints off, so only the key can have written it), and a second `p` resumes training."""
+
+    class Watched(SapoDashboard):
+        def on_round_done(self, m) -> None:
+            self.round_event.set()
+
+    control = RunControl()
+    app = Watched(tiny_cfg(tiny_qwen, tmp_path, rounds=50), control=control)
+    ckpts = tmp_path / "node" / "checkpoints"
+
+    async def next_round() -> None:
+        app.round_event.clear()
+        await asyncio.wait_for(app.round_event.wait(), BOUND)
+
+    async def drive():
+        app.round_event = asyncio.Event()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await asyncio.wait_for(app.round_event.wait(), BOUND)
+            await pilot.press("p")
+            assert await asyncio.to_thread(control.parked.wait, BOUND)
+            await pilot.pause()
+            done = app.rounds_done
+            assert not ckpts.exists() or not any(ckpts.iterdir())  # checkpoint_every=0
+            await pilot.press("s")
+            saved = ckpts / f"round-{done:06d}" / "COMPLETE"
+            for _ in range(int(BOUND / 0.05)):  # the loop saves between rounds, still paused
+                if saved.exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert saved.exists()
+            assert control.paused and app.rounds_done == done == len(_metrics(tmp_path))
+            await pilot.press("p")  # resume
+            await next_round()
+            assert not control.paused and app.query_one(NodeHeader).state != "paused"
+            assert app.rounds_done > done  # training goes on (tiny rounds: maybe several)
+            await pilot.press("q")
+            await asyncio.wait_for(app.workers.wait_for_complete(), BOUND)
+            await pilot.pause()
+            return done
+
+    done = asyncio.run(drive())
+    assert app.return_value == "stopped"
+    assert len(_metrics(tmp_path)) >= done + 1
+
+
 def test_a_missing_model_shows_its_remedy_not_a_traceback(tmp_path):
     app = SapoDashboard(tiny_cfg(tmp_path / "no-such-model", tmp_path))
 

@@ -412,7 +412,37 @@ class TorchBackend:
         (directory / ADAPTER_CONFIG).write_text(json.dumps(lora, indent=2, default=str) + "\n")
         torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_FILE)
 
+    def load_adapter(self, path: Path) -> None:
+        """LoRA weights from an adapter safetensors file in peft's layout (torch or MLX wrote
+        it); the optimizer state is left as it is."""
+        try:
+            state = load_file(str(path), device=self.device)
+        except Exception as e:
+            raise ValueError(
+                f"adapter {path} cannot be read ({type(e).__name__}: {e}); delete the checkpoint to start over."
+            ) from None
+        self._set_adapter(state, path)
+
+    def _set_adapter(self, state: dict[str, torch.Tensor], where: Path) -> None:
+        try:
+            result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ValueError(
+                f"checkpoint {where} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}"
+            ) from None
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(
+                f"checkpoint {where} has adapter weights this model lacks: {result.unexpected_keys[:3]}"
+            )
+
     def load(self, directory: Path) -> None:
+        if (
+            not (directory / OPTIMIZER_FILE).is_file()
+            and (directory / "optimizer.safetensors").is_file()
+        ):
+            raise ValueError(
+                f"checkpoint {directory} was written by the mlx backend: resume it with --backend mlx, or use a fresh --out-dir."
+            )
         try:
             state = load_file(str(directory / ADAPTER_FILE), device=self.device)
             optim = torch.load(
@@ -422,21 +452,15 @@ class TorchBackend:
             raise ValueError(
                 f"checkpoint {directory} cannot be read ({type(e).__name__}: {e}); delete it to start over."
             ) from None
+        self._set_adapter(state, directory)
         try:
-            result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
             self.optimizer.load_state_dict(optim)
-            for (
-                group
-            ) in self.optimizer.param_groups:  # this run's --learning-rate, not the saved one
-                group["lr"] = self.cfg.learning_rate
         except (RuntimeError, ValueError, KeyError) as e:
             raise ValueError(
                 f"checkpoint {directory} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}"
             ) from None
-        if getattr(result, "unexpected_keys", None):
-            raise ValueError(
-                f"checkpoint {directory} has adapter weights this model lacks: {result.unexpected_keys[:3]}"
-            )
+        for group in self.optimizer.param_groups:  # this run's --learning-rate, not the saved one
+            group["lr"] = self.cfg.learning_rate
 
     def close(self) -> None:
         """Drop this node's adapter; the shared base goes with the last one."""
