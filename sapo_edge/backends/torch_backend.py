@@ -209,14 +209,7 @@ class TorchBackend:
         width = ids.shape[1]
         cache = growing_cache(self.model.config, width + max_new_tokens)
         if width > 1:  # all but the last prompt token, once per prompt
-            self.model(
-                input_ids=ids[:, :-1],
-                attention_mask=mask[:, :-1],
-                position_ids=pos[:, :-1],
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            self._prefill(ids[:, :-1], mask[:, :-1], pos[:, :-1], cache)
             cache.batch_repeat_interleave(n)
         cur, mask, pos = (t.repeat_interleave(n, 0) for t in (ids[:, -1:], mask, pos[:, -1:]))
         # the attention mask of the whole call, its columns used as the cache fills
@@ -249,6 +242,17 @@ class TorchBackend:
         # the ids exactly as sampled, the end token kept apart; the text is decoded from them
         done = [sampled_completion(self.tok, toks, self.eos_ids) for toks in out]
         return [done[i : i + n] for i in range(0, len(done), n)]
+
+    def _prefill(self, ids, mask, pos, cache) -> None:
+        """Fill the KV cache with the prompts: the decoder alone, no LM head (no logits are
+        needed, and in bfloat16 torch copies the whole head weight for a strided 3-D input)."""
+        self.model.get_base_model().get_decoder()(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+        )
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
