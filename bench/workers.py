@@ -245,7 +245,54 @@ def decode_floor(backend, prompts, groups) -> dict:
     work = [(prefill, s, c.num_hidden_layers) for s in shapes]
     for rows, times in sorted(steps.items()):
         work += [(rows, s, c.num_hidden_layers * times) for s in shapes] + [(rows, head, times)]
-    return _time_gemms(work, dtype, backward=False)
+    hot = _time_gemms(work, dtype, backward=False)
+    streamed = _time_model_gemms(backend, prefill, sorted(steps.items()))
+    return {**streamed, "hot_seconds": hot["seconds"], "hot_gflops_per_s": hot["gflops_per_s"]}
+
+
+def _time_model_gemms(backend, prefill: int, steps: list[tuple[int, int]]) -> dict:
+    """generate()'s linear layers as bare F.linear calls on the model's own weights, layer after
+    layer as a forward pass runs them: the prefill (no LM head), then for each decode step every
+    layer's 7 projections and the LM head at the rows still live. Unlike `_time_gemms` (one
+    weight per shape, reused: it stays in the CPU's cache), every weight is read from memory
+    once per step, as a decode step must: at a few rows a decode step is bound by reading the
+    weights, not by arithmetic."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    base = backend.model.get_base_model()
+    layers = [  # each layer's 7 projections (a LoRA-wrapped one by its base_layer), in order
+        [
+            m.weight
+            for name, m in layer.named_modules()
+            if type(m) is nn.Linear and "lora_" not in name
+        ]
+        for layer in base.get_decoder().layers
+    ]
+    head = base.get_output_embeddings().weight
+    dtype = head.dtype
+    flops, seconds = 0.0, 0.0
+    inputs: dict[tuple[int, int], torch.Tensor] = {}
+
+    def x(rows: int, k: int) -> torch.Tensor:
+        return inputs.setdefault((rows, k), torch.randn(rows, k, dtype=dtype))
+
+    with torch.no_grad():
+        for rows, times, with_head in [(prefill, 1, False)] + [(r, t, True) for r, t in steps]:
+            if rows == 0:
+                continue
+            weights = [w for ws in layers for w in ws] + ([head] if with_head else [])
+            for w in weights:  # warm the kernels at these shapes (not the weights: too many)
+                F.linear(x(rows, w.shape[1]), w)
+                break
+            t0 = time.perf_counter()
+            for _ in range(times):
+                for w in weights:
+                    F.linear(x(rows, w.shape[1]), w)
+            seconds += time.perf_counter() - t0
+            flops += 2.0 * rows * sum(w.numel() for w in weights) * times
+    return {"seconds": seconds, "gflop": flops / 1e9, "gflops_per_s": flops / 1e9 / seconds}
 
 
 # ----------------------------------------------------------------------------------------- TRL
