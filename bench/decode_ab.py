@@ -7,7 +7,7 @@ GEMM floors measured after each run.
 Variants (each the current code with some helpers swapped back):
 - old: before issue 15 (DynamicCache, torch.multinomial, peft's unmerged LoRA), and v1's parts;
 - v1: issue 15's first pass (a prefill through the LM head, the cache compacted whole, bfloat16
-  LoRA with A and B cast to bfloat16);
+  LoRA with A and B cast to bfloat16, a float64 cumulative sum over the whole vocabulary);
 - now: the current loop.
 
 The same 4 prompts x 8 completions as bench/vs_trl.py; LoRA B is drawn non-zero so the adapter
@@ -41,6 +41,10 @@ from sapo_edge.prompts import build_messages  # noqa: E402
 
 def old_sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
     return torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1)
+
+
+def v1_sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    return torch_decode.inverse_cdf(torch.softmax(logits, -1), gen)  # over the whole vocabulary
 
 
 def v1_prefill(self, ids, mask, pos, cache) -> None:
@@ -82,7 +86,7 @@ def use(backend, variant: str) -> None:
 
     now, old = variant == "now", variant == "old"
     backend.fuse_lora = not old
-    torch_backend.sample = old_sample if old else CURRENT["sample"]
+    torch_backend.sample = old_sample if old else CURRENT["sample"] if now else v1_sample
     torch_backend.growing_cache = (
         (lambda config, cap: DynamicCache(config=config)) if old else CURRENT["cache"]
     )

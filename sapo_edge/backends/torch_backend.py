@@ -226,7 +226,8 @@ class TorchBackend:
                 past_key_values=cache,
                 use_cache=True,
             ).logits[:, -1]
-            nxt = sample(logits.float() / temperature, top_p, gen)
+            logits = logits.float()
+            nxt = sample(logits / temperature if temperature != 1.0 else logits, top_p, gen)
             done = torch.isin(nxt, eos)
             for r, t in zip(rows.tolist(), nxt.tolist(), strict=True):
                 out[r].append(t)

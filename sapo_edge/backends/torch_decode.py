@@ -10,7 +10,8 @@ Each one does the same arithmetic as the slow path it replaces, to float roundin
 - `growing_cache` preallocates the KV cache for the whole call, where DynamicCache
   concatenates (copies) the cache of every layer at every step.
 - `sample` draws one token per row from the categorical distribution with one uniform per row
-  (inverse CDF), where torch.multinomial draws an exponential per vocabulary entry.
+  (inverse CDF, in two levels: blocks, then a token within the block), where torch.multinomial
+  draws an exponential per vocabulary entry.
 """
 
 from __future__ import annotations
@@ -23,19 +24,50 @@ from torch.nn import functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+
 
 def sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
     """One token per row from temperature-scaled logits, nucleus-filtered when top_p < 1."""
-    probs = torch.softmax(logits, -1)
     if top_p < 1.0:
+        probs = torch.softmax(logits, -1)
         sorted_p, order = probs.sort(-1, descending=True)
         drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest set reaching top_p
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
+        return inverse_cdf(probs, gen)
+    # unnormalised probabilities: the inverse CDF scales its uniform by their total
+    return blocked_inverse_cdf((logits - logits.amax(-1, keepdim=True)).exp_(), gen)
+
+
+def inverse_cdf(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The first token whose cumulative probability passes u * total, u uniform in [0, 1), one
+    per row: a zero-probability token never does."""
     cdf = probs.cumsum(-1, dtype=torch.float64)
     u = torch.rand(len(cdf), 1, generator=gen, dtype=torch.float64, device=cdf.device)
-    # the first token whose cumulative probability passes u: a zero-probability token never does
     picked = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return picked.clamp_(max=probs.shape[-1] - 1).squeeze(1)
+
+
+def blocked_inverse_cdf(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """`inverse_cdf` in two levels, with the same uniform: the block (of BLOCK tokens) whose
+    cumulative sum passes u * total, then the token within it. Only the block sums and one
+    block per row are summed in float64, not the whole vocabulary (a float64 cumsum over 49,152
+    entries per row cost more than the rest of sampling)."""
+    n, v = probs.shape
+    nb = -(-v // BLOCK)
+    if nb * BLOCK != v:
+        probs = F.pad(probs, (0, nb * BLOCK - v))
+    blocks = probs.view(n, nb, BLOCK)
+    cdf = blocks.sum(-1, dtype=torch.float64).cumsum(-1)
+    u = torch.rand(n, 1, generator=gen, dtype=torch.float64, device=cdf.device)
+    target = u * cdf[:, -1:]
+    j = torch.searchsorted(cdf, target, right=True).clamp_(max=nb - 1)
+    before = torch.where(j > 0, cdf.gather(1, (j - 1).clamp(min=0)), torch.zeros_like(target))
+    inner = blocks.gather(1, j[:, :, None].expand(n, 1, BLOCK)).squeeze(1)
+    k = torch.searchsorted(inner.cumsum(-1, dtype=torch.float64), target - before, right=True)
+    # rounding can put the residual at or past the block's own sum: its last non-zero token then
+    last = (torch.arange(BLOCK, device=inner.device) * (inner > 0)).argmax(-1, keepdim=True)
+    return (j * BLOCK + torch.minimum(k, last)).squeeze(1)
 
 
 class _GrowingLayer(DynamicLayer):
