@@ -75,22 +75,29 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--window", type=int, default=5, help="rounds per averaged window")
     ap.add_argument("--out", type=Path, default=Path("runs/bf16_learning"))
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="print the curves of the rounds OUT already holds (a run still going, say)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.time()
-    procs = {}
-    for dtype in DTYPES:
-        log = (args.out / f"{dtype}.log").open("w")
-        procs[dtype] = subprocess.Popen(
-            sim_command(args, dtype, args.out), stdout=log, stderr=subprocess.STDOUT, env=env
-        )
-    failed = [d for d, p in procs.items() if p.wait() != 0]
-    if failed:
-        print(f"failed: {', '.join(failed)}; see {args.out}/<dtype>.log", file=sys.stderr)
-        return 1
+    if not args.report_only:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        procs = {}
+        for dtype in DTYPES:
+            log = (args.out / f"{dtype}.log").open("w")
+            procs[dtype] = subprocess.Popen(
+                sim_command(args, dtype, args.out), stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+        failed = [d for d, p in procs.items() if p.wait() != 0]
+        if failed:
+            print(f"failed: {', '.join(failed)}; see {args.out}/<dtype>.log", file=sys.stderr)
+            return 1
     wall = time.time() - t0
     rows = {d: curve(args.out, d) for d in DTYPES}
+    args.rounds = min(len(rows[d]) for d in DTYPES)  # a run still going: the rounds both have
     print(f"{args.rounds} rounds, {wall / 60:.1f} min; mean reward of the node's own completions")
     print(f"{'round':>5} | " + " | ".join(f"{d:>9}" for d in DTYPES))
     for r in range(args.rounds):
