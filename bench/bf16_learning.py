@@ -98,6 +98,7 @@ def main() -> int:
     wall = time.time() - t0
     rows = {d: curve(args.out, d) for d in DTYPES}
     args.rounds = min(len(rows[d]) for d in DTYPES)  # a run still going: the rounds both have
+    rows = {d: rows[d][: args.rounds] for d in DTYPES}
     took = "" if args.report_only else f", {wall / 60:.1f} min"
     print(f"{args.rounds} rounds{took}; mean reward of the node's own completions")
     print(f"{'round':>5} | " + " | ".join(f"{d:>9}" for d in DTYPES))
