@@ -1,13 +1,13 @@
 """Does a bfloat16 run learn like a float32 one? The same short demo (one node, one-digit addition,
 lenient reward) in both dtypes, with the same seed and settings, side by side.
 
-    .venv/bin/python bench/bf16_learning.py [--rounds 30] [--out runs/bf16_learning]
+    nice -n 10 .venv/bin/python bench/bf16_learning.py [--rounds 24] [--out runs/bf16_learning]
 
 Each dtype runs `sapo-edge sim --preset demo` as its own process with one torch thread (the two
 take the machine's two cores), one node (no peers: J = 0, so nothing else differs), and the
 settings below; then the two reward curves (mean reward of the node's own completions per round)
 are printed side by side with their means over windows of rounds. Not part of `make test` (it
-takes minutes on SmolLM2-135M); the figures go in docs/benchmarks.md.
+takes ~40 min on SmolLM2-135M on a shared 2-core machine); the figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ def curve(out: Path, dtype: str) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--questions", type=int, default=8, help="questions (= groups) per round")
+    ap.add_argument("--rounds", type=int, default=24)
+    ap.add_argument("--questions", type=int, default=4, help="questions (= groups) per round")
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--learning-rate", type=float, default=2e-4)
     ap.add_argument("--seed", type=int, default=0)
