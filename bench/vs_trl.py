@@ -1,7 +1,7 @@
 """Speed and memory: sapo-edge against TRL's GRPOTrainer on identical work, plus a scaling table.
 
     pip install -e '.[bench]'          # TRL, only for this benchmark
-    .venv/bin/python bench/vs_trl.py   # ~60 min on a 2-core CPU; writes docs/benchmarks.md
+    .venv/bin/python bench/vs_trl.py   # ~45-60 min on an idle 2-core CPU; writes docs/benchmarks.md
 
 Identical work: SmolLM2-135M-Instruct on the CPU, a fixed batch of 4 reasoning-gym one-digit
 additions scored by the same lenient reward (workers.TASK: SmolLM2 gets ~0.1-0.3, so rewards
