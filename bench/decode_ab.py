@@ -1,11 +1,19 @@
-"""A/B of the torch decode loop in one process: the old loop (DynamicCache, torch.multinomial,
-peft's unmerged LoRA) against the current one (torch_decode.py), taking turns, with generate()'s
-GEMM floor measured after each run.
+"""A/B of the torch decode loop in one process, the variants taking turns, with generate()'s
+GEMM floors measured after each run.
 
     OMP_NUM_THREADS=1 python bench/decode_ab.py [--max-new-tokens 64] [--reps 2] [--dtype float32]
+        [--variants old,v1,now]
 
-The same 4 reasoning-gym prompts x 8 completions as bench/vs_trl.py; LoRA B is drawn non-zero so
-the adapter matters. Prints tokens/s per run, each run's ratio to its floor, and the medians.
+Variants (each the current code with some helpers swapped back):
+- old: before issue 15 (DynamicCache, torch.multinomial, peft's unmerged LoRA), and v1's parts;
+- v1: issue 15's first pass (a prefill through the LM head, the cache compacted whole, bfloat16
+  LoRA with A and B cast to bfloat16, a float64 cumulative sum over the whole vocabulary);
+- now: the current loop.
+
+The same 4 prompts x 8 completions as bench/vs_trl.py; LoRA B is drawn non-zero so the adapter
+matters. Prints tokens/s per run and each run's ratio to both floors (workers.decode_floor: the
+model's own weights streamed layer after layer, and the older one-weight-per-shape floor whose
+weights stay in the CPU cache), then the medians.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workers import Spec, decode_floor, fixed_tasks  # noqa: E402
@@ -34,15 +43,56 @@ def old_sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torc
     return torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1)
 
 
-def use(backend, new: bool) -> None:
-    """Point the backend at the new decode helpers, or at the ones they replaced."""
+def v1_sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    return torch_decode.inverse_cdf(torch.softmax(logits, -1), gen)  # over the whole vocabulary
+
+
+def v1_prefill(self, ids, mask, pos, cache) -> None:
+    self.model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+
+
+def v1_select(self, buf: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    return buf[indices]
+
+
+class V1LeanLora(torch_decode._LeanLora):
+    def __init__(self, base, a, b, scale):
+        dtype = base.weight.dtype
+        super().__init__(base, a.to(dtype), b.to(dtype), scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + F.linear(F.linear(x, self.a), self.b) * self.scale
+
+
+CURRENT = {
+    "prefill": torch_backend.TorchBackend._prefill,
+    "select": torch_decode._GrowingLayer._select,
+    "lean": torch_decode._LeanLora,
+    "sample": torch_decode.sample,
+    "cache": torch_decode.growing_cache,
+}
+
+
+def use(backend, variant: str) -> None:
+    """Point the backend at the current decode helpers, or at the ones they replaced."""
     from transformers import DynamicCache
 
-    backend.fuse_lora = new
-    torch_backend.sample = torch_decode.sample if new else old_sample
+    now, old = variant == "now", variant == "old"
+    backend.fuse_lora = not old
+    torch_backend.sample = old_sample if old else CURRENT["sample"] if now else v1_sample
     torch_backend.growing_cache = (
-        torch_decode.growing_cache if new else (lambda config, cap: DynamicCache(config=config))
+        (lambda config, cap: DynamicCache(config=config)) if old else CURRENT["cache"]
     )
+    torch_backend.TorchBackend._prefill = CURRENT["prefill"] if now else v1_prefill
+    torch_decode._GrowingLayer._select = CURRENT["select"] if now else v1_select
+    torch_decode._LeanLora = CURRENT["lean"] if now else V1LeanLora
 
 
 def main() -> None:
@@ -51,7 +101,11 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--variants", default="v1,now", help="comma-separated, of old, v1, now")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     model = resolve_model(a.model, progress=print)
     spec = Spec(model_dir=str(model.path), dtype=a.dtype, max_new_tokens=a.max_new_tokens)
     prompts = [build_messages(t.question) for t in fixed_tasks(spec)]
@@ -60,10 +114,13 @@ def main() -> None:
     with torch.no_grad():
         for p in b.params:
             p.normal_(0.0, 0.01)
-    rates: dict[str, list[float]] = {"old": [], "new": []}
+    variants = a.variants.split(",")
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    floors: dict[str, list[float]] = {v: [] for v in variants}
+    hot: dict[str, list[float]] = {v: [] for v in variants}
     for rep in range(a.reps):
-        for name in rates:
-            use(b, name == "new")
+        for name in variants:
+            use(b, name)
             t0 = time.perf_counter()
             groups = b.generate(
                 prompts,
@@ -77,14 +134,23 @@ def main() -> None:
             tokens = sum(c.tokens for grp in groups for c in grp)
             floor = decode_floor(b, prompts, groups)
             rates[name].append(tokens / seconds)
+            floors[name].append(seconds / floor["seconds"])
+            hot[name].append(seconds / floor["hot_seconds"])
             print(
                 f"rep {rep} {name}: {tokens} tokens in {seconds:.1f} s, {tokens / seconds:.1f} "
-                f"tokens/s; GEMM floor {floor['seconds']:.1f} s "
-                f"({floor['gflops_per_s']:.0f} GFLOP/s): {seconds / floor['seconds']:.2f}x",
+                f"tokens/s; streamed GEMM floor {floor['seconds']:.1f} s "
+                f"({floor['gflops_per_s']:.0f} GFLOP/s): {floors[name][-1]:.2f}x; cache-hot "
+                f"floor {floor['hot_seconds']:.1f} s: {hot[name][-1]:.2f}x",
                 flush=True,
             )
-    old, new = (statistics.median(rates[k]) for k in ("old", "new"))
-    print(f"median tokens/s: old {old:.1f}, new {new:.1f}; new / old {new / old:.2f}x")
+    med = {v: statistics.median(rates[v]) for v in variants}
+    print(f"medians ({a.dtype}, {a.reps} runs each, {a.max_new_tokens} tokens):")
+    for v in variants:
+        print(
+            f"  {v}: {med[v]:.1f} tokens/s ({med[v] / med[variants[0]]:.2f}x {variants[0]}); "
+            f"{statistics.median(floors[v]):.2f}x the streamed floor, "
+            f"{statistics.median(hot[v]):.2f}x the cache-hot floor"
+        )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,17 @@ from pathlib import Path
 from sapo_edge.config import Config
 from sapo_edge.prompts import build_messages
 from sapo_edge.rewards import RewardConfig, score_completion
-from sapo_edge.tasks import TaskSampler, regenerate
+from sapo_edge.tasks import ONE_DIGIT_ADDITION, TaskSampler, regenerate
 
+# The work of every worker: one-digit addition scored leniently (the demo's and the sweep's
+# task). SmolLM2-135M gets ~0.1-0.3 on it, so the rewards within a group of completions differ
+# and the train step has something to learn from; on the paper's domains it scores ~0 and every
+# advantage is zero (nothing to train, nothing to compare).
 REWARD = RewardConfig(lenient=True, lenient_credit=0.5)
+TASK = {
+    "domains": {"basic_arithmetic": 1.0},
+    "domain_configs": {"basic_arithmetic": ONE_DIGIT_ADDITION},
+}
 
 
 @dataclass
@@ -46,8 +54,8 @@ class Spec:
     external: int = 0  # node worker: groups received from peers before each round
     dtype: str = "float32"
     seed: int = 2026  # picks the fixed reasoning-gym batch
-    domains: dict = field(default_factory=lambda: dict(Config().domains))
-    domain_configs: dict = field(default_factory=dict)
+    domains: dict = field(default_factory=lambda: dict(TASK["domains"]))
+    domain_configs: dict = field(default_factory=lambda: dict(TASK["domain_configs"]))
 
     def config(self, **kw) -> Config:
         base = dict(
@@ -68,9 +76,16 @@ class Spec:
 
 
 def fixed_tasks(spec: Spec):
-    """The same reasoning-gym questions for every worker: one from each of `questions` domains."""
+    """The same reasoning-gym questions for every worker, every round."""
     sampler = TaskSampler(spec.domains, spec.domain_configs, spec.seed)
     return [regenerate(ref) for ref in sampler.sample_batch(spec.questions)]
+
+
+def informative_groups(rewards: list[float], group_size: int) -> int:
+    """Groups of `group_size` consecutive rewards that are not all alike: those with a non-zero
+    advantage, the only ones a GRPO step learns from."""
+    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    return sum(len(set(g)) > 1 for g in groups)
 
 
 def peak_rss_mb() -> float:
@@ -128,10 +143,11 @@ def run_sapo(spec: Spec) -> None:
             seed=r,
         )
         gen_s = time.perf_counter() - t0
-        samples = []
+        samples, rewards = [], []
         for task, msgs, group in zip(tasks, prompts, groups, strict=True):
-            rewards = [score_completion(task, g.text, REWARD) for g in group]
-            for g, a in zip(group, group_advantages(rewards), strict=True):
+            scores = [score_completion(task, g.text, REWARD) for g in group]
+            rewards += scores
+            for g, a in zip(group, group_advantages(scores), strict=True):
                 samples.append(Sample(msgs, g, a))  # the sampled ids, as trained
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
@@ -145,6 +161,8 @@ def run_sapo(spec: Spec) -> None:
             step_s=stats.seconds,
             step_tokens=stats.tokens,
             trained_rows=sum(smp.advantage != 0.0 for smp in samples),
+            informative_groups=informative_groups(rewards, spec.group_size),
+            reward_mean=sum(rewards) / len(rewards),
             gemm_floor_s=floor,
             gen_floor_s=gen_floor,
         )
@@ -227,7 +245,54 @@ def decode_floor(backend, prompts, groups) -> dict:
     work = [(prefill, s, c.num_hidden_layers) for s in shapes]
     for rows, times in sorted(steps.items()):
         work += [(rows, s, c.num_hidden_layers * times) for s in shapes] + [(rows, head, times)]
-    return _time_gemms(work, dtype, backward=False)
+    hot = _time_gemms(work, dtype, backward=False)
+    streamed = _time_model_gemms(backend, prefill, sorted(steps.items()))
+    return {**streamed, "hot_seconds": hot["seconds"], "hot_gflops_per_s": hot["gflops_per_s"]}
+
+
+def _time_model_gemms(backend, prefill: int, steps: list[tuple[int, int]]) -> dict:
+    """generate()'s linear layers as bare F.linear calls on the model's own weights, layer after
+    layer as a forward pass runs them: the prefill (no LM head), then for each decode step every
+    layer's 7 projections and the LM head at the rows still live. Unlike `_time_gemms` (one
+    weight per shape, reused: it stays in the CPU's cache), every weight is read from memory
+    once per step, as a decode step must: at a few rows a decode step is bound by reading the
+    weights, not by arithmetic."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    base = backend.model.get_base_model()
+    layers = [  # each layer's 7 projections (a LoRA-wrapped one by its base_layer), in order
+        [
+            m.weight
+            for name, m in layer.named_modules()
+            if type(m) is nn.Linear and "lora_" not in name
+        ]
+        for layer in base.get_decoder().layers
+    ]
+    head = base.get_output_embeddings().weight
+    dtype = head.dtype
+    flops, seconds = 0.0, 0.0
+    inputs: dict[tuple[int, int], torch.Tensor] = {}
+
+    def x(rows: int, k: int) -> torch.Tensor:
+        return inputs.setdefault((rows, k), torch.randn(rows, k, dtype=dtype))
+
+    with torch.no_grad():
+        for rows, times, with_head in [(prefill, 1, False)] + [(r, t, True) for r, t in steps]:
+            if rows == 0:
+                continue
+            weights = [w for ws in layers for w in ws] + ([head] if with_head else [])
+            for w in weights:  # warm the kernels at these shapes (not the weights: too many)
+                F.linear(x(rows, w.shape[1]), w)
+                break
+            t0 = time.perf_counter()
+            for _ in range(times):
+                for w in weights:
+                    F.linear(x(rows, w.shape[1]), w)
+            seconds += time.perf_counter() - t0
+            flops += 2.0 * rows * sum(w.numel() for w in weights) * times
+    return {"seconds": seconds, "gflop": flops / 1e9, "gflops_per_s": flops / 1e9 / seconds}
 
 
 # ----------------------------------------------------------------------------------------- TRL
@@ -286,11 +351,15 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
         [{"prompt": build_messages(t.question), "task": i} for i, t in enumerate(tasks)]
     )
 
+    scored: list[float] = []  # this step's rewards, in TRL's order (G consecutive per group)
+
     def reward(prompts, completions, task, **_):
-        return [
+        out = [
             score_completion(tasks[i], c[0]["content"], REWARD)
             for c, i in zip(completions, task, strict=True)
         ]
+        scored.extend(out)
+        return out
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[spec.dtype]
     model = AutoModelForCausalLM.from_pretrained(spec.model_dir, dtype=dtype)
@@ -338,6 +407,7 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
             if not wait_go():
                 control.should_training_stop = True
             timing.update(gen_s=0.0, gen_tokens=0, t0=time.perf_counter())
+            scored.clear()
 
         def on_step_end(self, args, state, control, **kw):
             round_s = time.perf_counter() - timing["t0"]
@@ -346,6 +416,9 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
                 gen_s=timing["gen_s"],
                 gen_tokens=timing["gen_tokens"],
                 step_s=round_s - timing["gen_s"],
+                informative_groups=informative_groups(scored, spec.group_size),
+                reward_mean=sum(scored) / max(len(scored), 1),
+                scored=len(scored),
             )
 
     trainer.add_callback(Lockstep())

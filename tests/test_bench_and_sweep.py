@@ -48,6 +48,9 @@ def test_benchmark_smoke_writes_the_tables(tiny_qwen, tmp_path):
     assert "| metric | sapo-edge float32 | sapo-edge bfloat16 |" in text
     assert "| seconds per round |" in text
     assert "Completions trained by sapo-edge per measured round: sapo-edge float32 " in text
+    # every column says how many groups had something to train on (one measured round each)
+    assert re.search(r"\| groups with a non-zero advantage \(of 2 per round\) \| \d \| \d \|", text)
+    assert "Task: one-digit addition" in text
     for column in ("float32", "bfloat16"):  # generation's GEMM floor was measured in both
         # (the train step's only when some completion had a non-zero advantage)
         assert re.search(rf"\| sapo-edge {column} \| generation \|.*\*\*[0-9.]+x\*\* \|", text)

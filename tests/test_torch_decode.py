@@ -8,7 +8,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.backends.torch_decode import growing_cache, merged_lora, sample  # noqa: E402
+from sapo_edge.backends.torch_decode import (  # noqa: E402
+    BLOCK,
+    blocked_inverse_cdf,
+    growing_cache,
+    inverse_cdf,
+    merged_lora,
+    sample,
+)
 from sapo_edge.config import Config  # noqa: E402
 
 PROMPTS = [
@@ -73,6 +80,7 @@ def test_lean_bfloat16_lora_is_as_close_to_float32_as_peft_and_leaves_the_weight
     err_peft, err_lean = (truth - peft).abs(), (truth - lean).abs()
     assert err_lean.mean() <= 1.5 * err_peft.mean() + 1e-3
     assert err_lean.max() <= 1.5 * err_peft.max() + 1e-2
+    assert torch.equal(lean, peft)  # peft's own arithmetic (float32 A and B), to the bit
     after = _state(b.model)
     assert all(torch.equal(after[k], before[k]) for k in before)
     b.close()
@@ -129,3 +137,23 @@ def test_inverse_cdf_sampling_follows_the_distribution_and_never_picks_a_zero():
     assert nucleus[4] == 0 and nucleus[0] > nucleus[2] > 0
     cold = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.0, 4.9]]) / 1e-6
     assert sample(cold, 1.0, gen).tolist() == [1, 0]  # near-zero temperature: the argmax
+
+
+def test_blocked_inverse_cdf_draws_what_the_one_level_inverse_cdf_draws():
+    """The two-level draw picks, for the same uniforms, the token the plain cumulative sum over
+    the whole vocabulary picks: vocabularies that are not a whole number of blocks, empty
+    blocks, zeros at block edges, one-hot rows, peaked and flat rows."""
+    torch.manual_seed(3)
+    for vocab in (BLOCK * 3, BLOCK * 4 + 37, 5, 49152):
+        logits = torch.randn(64, vocab) * torch.tensor([0.5, 3.0, 12.0, 40.0]).repeat(16)[:, None]
+        if vocab > BLOCK:
+            logits[::3, :BLOCK] = float("-inf")  # a whole empty block
+        logits[1::3, BLOCK - 1 :: BLOCK] = float("-inf")  # zeros at every block's edge
+        logits[2, :] = float("-inf")
+        logits[2, vocab - 1] = 0.0  # one-hot on the very last token
+        probs = (logits - logits.amax(-1, keepdim=True)).exp()
+        for seed in range(20):
+            want = inverse_cdf(probs, torch.Generator().manual_seed(seed))
+            got = blocked_inverse_cdf(probs, torch.Generator().manual_seed(seed))
+            assert torch.equal(got, want), (vocab, seed)
+            assert (probs.gather(1, got[:, None]) > 0).all()  # never a zero-probability token
