@@ -280,15 +280,40 @@ def clean_cache() -> int:
     return freed
 
 
+def gguf_tag(gguf: Path) -> str:
+    """What names a GGUF file's conversion: its size and a hash of its content, not its path, so
+    two installs of the same package (pipx and a clone's venv) share one conversion instead of
+    deleting each other's."""
+    h = hashlib.sha256(str(gguf.stat().st_size).encode())
+    with gguf.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:10]
+
+
+def install_conversion(tmp: Path, out: Path) -> Path:
+    """Move a finished conversion from TMP to OUT. A conversion another process finished first
+    is kept (it may be loading from it) and TMP is dropped; a partial OUT is replaced."""
+    if (out / "CONVERTED").is_file():
+        shutil.rmtree(tmp, ignore_errors=True)
+        return out
+    if out.exists():  # a partial directory: no CONVERTED marker, nothing can be loading it
+        shutil.rmtree(out, ignore_errors=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process's rename won between our check and ours
+        if not (out / "CONVERTED").is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def convert_gguf(
     gguf: Path, progress: Callable[[str], None] = print, name: str | None = None
 ) -> Path:
     """Dequantize a GGUF file once into cache_dir()/NAME (safetensors + tokenizer); reuse after."""
     st = gguf.stat()
-    tag = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[
-        :10
-    ]
-    out = cache_dir() / f"{name or gguf.stem}-{tag}"
+    out = cache_dir() / f"{name or gguf.stem}-{gguf_tag(gguf)}"
     if (out / "CONVERTED").is_file():
         return out
     progress(f"converting {gguf.name} to safetensors in {out} (once; ~30 s)...")
@@ -301,12 +326,10 @@ def convert_gguf(
         fresh.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "CONVERTED").write_text(json.dumps({"from": str(gguf), "size": st.st_size}) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        install_conversion(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for old in out.parent.glob(f"{name or gguf.stem}-*"):  # conversions of an older copy
+    for old in out.parent.glob(f"{name or gguf.stem}-*"):  # conversions of another version
         if old != out and old.is_dir() and len(old.name) == len(out.name):
             shutil.rmtree(old, ignore_errors=True)
     return out

@@ -174,3 +174,60 @@ def test_smollm2_alias_converts_once_then_reuses(
     assert [p.name for p in (tmp_path / "models").iterdir()] == [first.path.name]
     out, err = capfd.readouterr()
     assert "de-quantizing" not in out + err  # no progress bar flooding a headless log
+
+
+def test_a_conversion_is_named_by_the_gguf_content_not_its_path(tmp_path: Path) -> None:
+    """Two installs of the same package (pipx and a clone's venv) hold the same GGUF at two paths:
+    they must share one conversion, not delete each other's (each used to see the other's as 'an
+    older copy' and remove it, even while a process was loading from it)."""
+    import hashlib
+    import os
+
+    data = bytes(range(256)) * 5000  # > 1 MiB, so the hash spans blocks
+    a, b = tmp_path / "venv-a" / "m.gguf", tmp_path / "venv-b" / "m.gguf"
+    for p in (a, b):
+        p.parent.mkdir()
+        p.write_bytes(data)
+    os.utime(b, ns=(1, 1))  # another mtime too
+    want = hashlib.sha256(str(len(data)).encode() + data).hexdigest()[:10]
+    assert models.gguf_tag(a) == models.gguf_tag(b) == want
+    b.write_bytes(data[:-1] + b"\x00")  # one byte differs: another conversion
+    assert models.gguf_tag(b) != want
+
+
+def _conversion(path: Path, text: str) -> Path:
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_text(text)
+    (path / "CONVERTED").write_text("{}")
+    return path
+
+
+def test_installing_a_conversion_keeps_one_another_process_finished_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "m-abc"
+    # nothing there: ours moves in
+    assert models.install_conversion(_conversion(tmp_path / ".t1", "ours"), out) == out
+    assert (out / "model.safetensors").read_text() == "ours" and not (tmp_path / ".t1").exists()
+    # finished by someone else (who may be loading it): theirs stays, ours is dropped
+    models.install_conversion(_conversion(tmp_path / ".t2", "late"), out)
+    assert (out / "model.safetensors").read_text() == "ours" and not (tmp_path / ".t2").exists()
+    # a partial directory (no CONVERTED: a crashed conversion) is replaced
+    partial = tmp_path / "m-def"
+    partial.mkdir()
+    (partial / "junk").write_text("x")
+    models.install_conversion(_conversion(tmp_path / ".t3", "new"), partial)
+    assert sorted(p.name for p in partial.iterdir()) == ["CONVERTED", "model.safetensors"]
+    # the race: another process renames its conversion in between our check and our rename
+    raced = tmp_path / "m-ghi"
+    real_rename = Path.rename
+
+    def rename_after_them(self: Path, target):
+        if Path(target) == raced and not raced.exists():
+            _conversion(raced, "theirs")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename_after_them)
+    models.install_conversion(_conversion(tmp_path / ".t4", "mine"), raced)
+    assert (raced / "model.safetensors").read_text() == "theirs"
+    assert not (tmp_path / ".t4").exists()
