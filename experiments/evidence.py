@@ -73,7 +73,7 @@ def check_split(split: str) -> str:
 def cell_config(args: argparse.Namespace, seed: int | None, split: str):
     from sapo_edge.config import Config
 
-    overrides: dict = {"resume": True, "seed": 0 if seed is None else seed}
+    overrides: dict = {"resume": True, "seed": 0 if seed is None else seed, "dtype": args.dtype}
     if args.rounds:
         overrides["rounds"] = args.rounds
     if split == "adaptive":
@@ -141,6 +141,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "mix",
                 "learning_rate",
                 "lenient",
+                "dtype",
                 "seed",
                 "domains",
                 "domain_configs",
@@ -312,6 +313,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="held-out questions per node (default: enough for SE < 0.015 per cell)",
+    )
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
+        help="every cell's dtype (default float32, as the first sweep; not auto, which differs by machine)",
     )
     ap.add_argument("--out", type=Path, default=Path("runs/evidence"), help="runs and checkpoints")
     ap.add_argument("--docs", type=Path, default=Path("docs"), help="summaries and results.md")

@@ -165,10 +165,12 @@ def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
     assert ad["config"]["mix"] == "adaptive" and ad["rounds_done"] == 2
     assert all(j in (0, 2, 4, 6) for js in ad["external_target"].values() for j in js)
     assert ad["heldout"]["completions"] == 4 and ad["code"]
+    assert ad["config"]["dtype"] == "float32"  # pinned, not the machine's auto choice
     text = (tmp_path / "docs/results.md").read_text()
     assert "| 8/0 | 0,1 |" in text and "| adaptive | 0,1 |" in text and "| 4/4 - 8/0 |" in text
     node_cfg = json.loads((tmp_path / "runs/main/seed-1/4-4/sweep-0/config.json").read_text())
     assert (node_cfg["seed"], node_cfg["local_samples"], node_cfg["external_samples"]) == (1, 4, 4)
+    assert node_cfg["dtype"] == "float32"
     # a re-run skips every finished cell; a removed summary is made again from the kept run
     kept = (tmp_path / "docs/evidence/main/seed-0-8-0.json").read_text()
     first = json.loads((tmp_path / "docs/evidence/main/seed-1-4-4.json").read_text())
