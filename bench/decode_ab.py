@@ -52,8 +52,7 @@ def v1_prefill(self, ids, mask, pos, cache) -> None:
         input_ids=ids,
         attention_mask=mask,
         position_ids=pos,
-        past_key_values=cache,
-        use_cache=True,
+        **torch_decode.kv_cache(self.lm, cache),
         logits_to_keep=1,
     )
 

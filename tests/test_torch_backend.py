@@ -192,3 +192,34 @@ def test_lora_dropout_masks_come_from_the_seed_and_step_so_a_resume_repeats_them
     torch.manual_seed(456)
     b.train_step(samples)
     assert _total(a, samples) == _total(b, samples)
+
+
+def test_the_kv_cache_goes_by_the_keyword_the_installed_transformers_takes(tiny_qwen):
+    """transformers 5.24 renamed `past_key_values` to `cache` (a FutureWarning on every decode
+    step, the old name dropped in 5.40): generation, log-probs and the step warn about neither."""
+    import warnings
+
+    b = _backend(tiny_qwen, "cachekw")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        b.generate([MSGS], 2, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=1)
+        b.logprobs(_good_bad(b))
+        b.train_step(_good_bad(b))
+    about_cache = [str(w.message) for w in seen if "past_key_values" in str(w.message)]
+    assert about_cache == []
+
+
+def test_the_cache_keyword_follows_the_forward_signature():
+    from torch import nn
+
+    from sapo_edge.backends.torch_decode import kv_cache
+
+    class Old(nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None): ...
+
+    class New(nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs): ...
+
+    marker = object()
+    assert kv_cache(Old(), marker) == {"past_key_values": marker, "use_cache": True}
+    assert kv_cache(New(), marker) == {"cache": marker, "use_cache": True}

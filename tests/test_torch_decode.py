@@ -13,6 +13,7 @@ from sapo_edge.backends.torch_decode import (  # noqa: E402
     blocked_inverse_cdf,
     growing_cache,
     inverse_cdf,
+    kv_cache,
     merged_lora,
     sample,
 )
@@ -113,12 +114,12 @@ def test_growing_cache_matches_dynamic_cache_even_when_it_outgrows_its_plan(tiny
             ("dynamic", DynamicCache(config=model.config)),
             ("growing", growing_cache(model.config, capacity=4)),  # too small: it must grow
         ):
-            logits = [model(input_ids=ids[:, :-3], past_key_values=cache, use_cache=True).logits]
+            logits = [model(input_ids=ids[:, :-3], **kv_cache(model, cache)).logits]
             cache.batch_repeat_interleave(2)
             cache.batch_select_indices(torch.tensor([0, 3]))
             for j in range(3, 0, -1):
                 step = ids[:, -j:][:, :1]
-                logits.append(model(input_ids=step, past_key_values=cache, use_cache=True).logits)
+                logits.append(model(input_ids=step, **kv_cache(model, cache)).logits)
             out[name] = torch.cat([t[:, -1] for t in logits])
     assert type(growing_cache(model.config, 4).layers[0]).__name__ == "_GrowingLayer"
     assert torch.allclose(out["growing"], out["dynamic"], atol=1e-5)

@@ -36,7 +36,7 @@ from .tokens import (
     sampled_completion,
     training_sequences,
 )
-from .torch_decode import growing_cache, merged_lora, sample
+from .torch_decode import growing_cache, kv_cache, merged_lora, sample
 
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -127,6 +127,7 @@ class TorchBackend:
             raise
         shared.adapters.add(adapter)
         self.model, self.tok = shared.model, shared.tokenizer
+        self.lm = self.model.get_base_model()  # the transformers model under the LoRA layers
         self.params = [
             p for n, p in self.model.named_parameters() if "lora_" in n and f".{adapter}." in n
         ]
@@ -223,8 +224,7 @@ class TorchBackend:
                 input_ids=cur,
                 attention_mask=mask[:, : width + step - 1],
                 position_ids=pos,
-                past_key_values=cache,
-                use_cache=True,
+                **kv_cache(self.lm, cache),
             ).logits[:, -1]
             logits = logits.float()
             nxt = sample(logits / temperature if temperature != 1.0 else logits, top_p, gen)
@@ -247,13 +247,8 @@ class TorchBackend:
     def _prefill(self, ids, mask, pos, cache) -> None:
         """Fill the KV cache with the prompts: the decoder alone, no LM head (no logits are
         needed, and in bfloat16 torch copies the whole head weight for a strided 3-D input)."""
-        self.model.get_base_model().get_decoder()(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
-        )
+        decoder = self.lm.get_decoder()
+        decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kv_cache(decoder, cache))
 
     # ------------------------------------------------------------------------ train step
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
@@ -287,10 +282,10 @@ class TorchBackend:
         cache = DynamicCache(config=self.model.config)
         n = len(prompt) - 1  # the shared prefix
         if n > 0:
-            self.model.get_base_model().get_decoder()(
+            decoder = self.lm.get_decoder()
+            decoder(
                 input_ids=torch.tensor([prompt[:-1]], device=self.device),
-                past_key_values=cache,
-                use_cache=True,
+                **kv_cache(decoder, cache),
             )
             cache.batch_repeat_interleave(m)
         last = torch.full((m, 1), prompt[-1], device=self.device, dtype=comp.dtype)
@@ -298,8 +293,7 @@ class TorchBackend:
             input_ids=torch.cat([last, comp[:, :-1]], 1),
             attention_mask=torch.cat([cmask.new_ones(m, n + 1), cmask[:, :-1]], 1),
             position_ids=torch.arange(n, n + width, device=self.device).expand(m, -1),
-            past_key_values=cache,
-            use_cache=True,
+            **kv_cache(self.lm, cache),
         ).logits
         return self._token_logps(logits, comp), cmask.float()
 

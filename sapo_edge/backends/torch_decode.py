@@ -16,7 +16,9 @@ Each one does the same arithmetic as the slow path it replaces, to float roundin
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
+from functools import cache
 
 import torch
 from torch import nn
@@ -25,6 +27,19 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
+
+
+def kv_cache(module: nn.Module, cache_obj) -> dict:
+    """The keyword argument that hands a KV cache to a transformers model or decoder: `cache` where
+    its forward takes it (transformers 5.24 renamed `past_key_values`, warns on the old name and
+    drops it in 5.40), `past_key_values` on older releases."""
+    return {_cache_keyword(type(module)): cache_obj, "use_cache": True}
+
+
+@cache
+def _cache_keyword(cls: type) -> str:
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
