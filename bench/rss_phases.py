@@ -1,0 +1,88 @@
+"""Peak RSS of each phase of a sapo-edge round on the head-to-head's work (bench/workers.py: SmolLM2,
+4 one-digit additions x G=8, up to 128 tokens, the torch backend), to see where the memory goes.
+
+    python bench/rss_phases.py --dtype float32 --micro-batch 4 --rounds 2
+
+Linux only: the process's peak (VmHWM) is reset between phases by writing 5 to
+/proc/self/clear_refs. Try glibc's allocator settings from the environment, e.g.
+MALLOC_MMAP_THRESHOLD_=1048576 (large tensors mmapped, so freed ones go back to the OS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from workers import REWARD, Spec, fixed_tasks, release_memory  # noqa: E402
+
+from sapo_edge.advantages import group_advantages  # noqa: E402
+from sapo_edge.prompts import build_messages  # noqa: E402
+from sapo_edge.rewards import score_completion  # noqa: E402
+
+
+def rss_mb() -> dict[str, int]:
+    """Current (VmRSS) and peak-since-reset (VmHWM) resident memory, in MB."""
+    with open("/proc/self/status") as fh:
+        rows = [line.split() for line in fh if line.startswith(("VmHWM", "VmRSS"))]
+    return {r[0].rstrip(":"): int(r[1]) // 1024 for r in rows}
+
+
+def reset_peak() -> None:
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", default="smollm2-135m")
+    args = ap.parse_args(argv)
+
+    from sapo_edge.backends import load_backend
+    from sapo_edge.backends.base import Sample
+    from sapo_edge.models import resolve_model
+
+    model = resolve_model(args.model, progress=print)
+    spec = Spec(model_dir=str(model.path), model_id=model.model_id, dtype=args.dtype)
+    cfg = spec.config(micro_batch_size=args.micro_batch)
+    tasks = fixed_tasks(spec)
+    prompts = [build_messages(t.question) for t in tasks]
+    backend = load_backend(Path(spec.model_dir), cfg, "rss", "cpu", print, kind="torch")
+    print(f"load: {rss_mb()}")
+    release_memory()
+    reset_peak()
+    for r in range(args.rounds):
+        t0 = time.perf_counter()
+        groups = backend.generate(
+            prompts,
+            spec.group_size,
+            max_new_tokens=spec.max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            seed=r,
+        )
+        print(f"round {r} generation {time.perf_counter() - t0:.1f} s: {rss_mb()}")
+        reset_peak()
+        samples = []
+        for task, msgs, group in zip(tasks, prompts, groups, strict=True):
+            scores = [score_completion(task, g.text, REWARD) for g in group]
+            samples += [
+                Sample(msgs, g, a) for g, a in zip(group, group_advantages(scores), strict=True)
+            ]
+        stats = backend.train_step(samples)
+        rows = sum(s.advantage != 0 for s in samples)
+        print(
+            f"round {r} step {stats.seconds:.1f} s, {rows} rows, {stats.tokens} tokens: {rss_mb()}"
+        )
+        reset_peak()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
