@@ -17,11 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workers import REWARD, Spec, fixed_tasks, release_memory  # noqa: E402
+from workers import (  # noqa: E402
+    Spec,
+    fixed_tasks,
+    generate_round,
+    release_memory,
+    scored_samples,
+)
 
-from sapo_edge.advantages import group_advantages  # noqa: E402
 from sapo_edge.prompts import build_messages  # noqa: E402
-from sapo_edge.rewards import score_completion  # noqa: E402
 
 
 def rss_mb() -> dict[str, int]:
@@ -45,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from sapo_edge.backends import load_backend
-    from sapo_edge.backends.base import Sample
     from sapo_edge.models import resolve_model
 
     model = resolve_model(args.model, progress=print)
@@ -59,22 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     reset_peak()
     for r in range(args.rounds):
         t0 = time.perf_counter()
-        groups = backend.generate(
-            prompts,
-            spec.group_size,
-            max_new_tokens=spec.max_new_tokens,
-            temperature=1.0,
-            top_p=1.0,
-            seed=r,
-        )
+        groups = generate_round(backend, spec, prompts, seed=r)
         print(f"round {r} generation {time.perf_counter() - t0:.1f} s: {rss_mb()}")
         reset_peak()
-        samples = []
-        for task, msgs, group in zip(tasks, prompts, groups, strict=True):
-            scores = [score_completion(task, g.text, REWARD) for g in group]
-            samples += [
-                Sample(msgs, g, a) for g, a in zip(group, group_advantages(scores), strict=True)
-            ]
+        samples, _ = scored_samples(tasks, prompts, groups)
         stats = backend.train_step(samples)
         rows = sum(s.advantage != 0 for s in samples)
         print(

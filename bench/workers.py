@@ -120,10 +120,36 @@ def release_memory() -> None:
 
 
 # --------------------------------------------------------------------------------- sapo-edge
-def run_sapo(spec: Spec) -> None:
+def generate_round(backend, spec: Spec, prompts: list, seed: int) -> list:
+    """G completions of every prompt at the benchmark's sampling settings."""
+    return backend.generate(
+        prompts,
+        spec.group_size,
+        max_new_tokens=spec.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        seed=seed,
+    )
+
+
+def scored_samples(tasks: list, prompts: list, groups: list) -> tuple[list, list[float]]:
+    """Each completion scored and turned into a training sample with its group's advantage (the
+    sampled ids, as trained), and the rewards in order."""
     from sapo_edge.advantages import group_advantages
-    from sapo_edge.backends import load_backend
     from sapo_edge.backends.base import Sample
+
+    samples, rewards = [], []
+    for task, msgs, group in zip(tasks, prompts, groups, strict=True):
+        scores = [score_completion(task, g.text, REWARD) for g in group]
+        rewards += scores
+        samples += [
+            Sample(msgs, g, a) for g, a in zip(group, group_advantages(scores), strict=True)
+        ]
+    return samples, rewards
+
+
+def run_sapo(spec: Spec) -> None:
+    from sapo_edge.backends import load_backend
 
     cfg = spec.config()
     tasks = fixed_tasks(spec)
@@ -134,21 +160,9 @@ def run_sapo(spec: Spec) -> None:
         if not wait_go():
             return
         t0 = time.perf_counter()
-        groups = backend.generate(
-            prompts,
-            spec.group_size,
-            max_new_tokens=spec.max_new_tokens,
-            temperature=1.0,
-            top_p=1.0,
-            seed=r,
-        )
+        groups = generate_round(backend, spec, prompts, seed=r)
         gen_s = time.perf_counter() - t0
-        samples, rewards = [], []
-        for task, msgs, group in zip(tasks, prompts, groups, strict=True):
-            scores = [score_completion(task, g.text, REWARD) for g in group]
-            rewards += scores
-            for g, a in zip(group, group_advantages(scores), strict=True):
-                samples.append(Sample(msgs, g, a))  # the sampled ids, as trained
+        samples, rewards = scored_samples(tasks, prompts, groups)
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
         last = r == spec.rounds - 1

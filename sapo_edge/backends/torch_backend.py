@@ -219,12 +219,13 @@ class TorchBackend:
         out: list[list[int]] = [[] for _ in range(len(cur))]
         eos = torch.tensor(self.eos_ids, device=self.device)
         gen = torch.Generator(device=self.device).manual_seed(seed)
+        cache_kw = kv_cache(self.lm, cache)
         for step in range(1, max_new_tokens + 1):
             logits = self.model(
                 input_ids=cur,
                 attention_mask=mask[:, : width + step - 1],
                 position_ids=pos,
-                **kv_cache(self.lm, cache),
+                **cache_kw,
             ).logits[:, -1]
             logits = logits.float()
             nxt = sample(logits / temperature if temperature != 1.0 else logits, top_p, gen)
