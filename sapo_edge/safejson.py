@@ -18,32 +18,26 @@ class JsonError(ValueError):
         self.reason = reason
 
 
-# Characters that matter for the depth pre-scan: brackets, and the two that delimit strings.
-_SIGNIFICANT = re.compile(r'[\[\]{}"\\]')
+# The depth pre-scan: a JSON string (from its quote to the next unescaped quote, or to the end
+# of the text when it never closes) holds no structure, so strings go first; then the brackets.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _max_depth_exceeded(text: str, max_depth: int) -> bool:
-    """Linear scan: True when arrays/objects nest deeper than max_depth (strings are skipped)."""
+    """Linear scan: True when arrays/objects nest deeper than max_depth (strings are skipped).
+    Both passes run in the regex engine: a batch of rollouts is mostly strings, and a node on
+    a busy room checks every message it opens."""
     if text.count("[") + text.count("{") <= max_depth:
         return False  # cannot nest deeper than the number of openers
-    depth, in_string, escaped_at = 0, False, -1
-    for m in _SIGNIFICANT.finditer(text):
-        ch, pos = m.group(), m.start()
-        if in_string:
-            if pos == escaped_at:
-                continue  # this character is escaped by the backslash just before it
-            if ch == "\\":
-                escaped_at = pos + 1
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
+    depth = 0
+    for ch in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if ch in "[{":
             depth += 1
             if depth > max_depth:
                 return True
-        elif ch in "]}":
+        else:
             depth -= 1
     return False
 

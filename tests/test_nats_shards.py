@@ -95,6 +95,35 @@ def test_the_rate_estimate_is_unbiased_whatever_the_share() -> None:
         assert abs(est.rate() - 400) / 400 < 0.15, share
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(0.5, 120.0),
+    st.lists(
+        st.tuples(
+            st.integers(0, 50),  # arrivals in the span
+            st.floats(0.0, 20.0),  # seconds: a span may be empty
+            st.sampled_from([0.0, 1.0, 1 / 16, 3 / 256, 7 / 4096, 1 / 65536]),  # share
+        ),
+        max_size=120,
+    ),
+)
+def test_the_rate_estimate_is_what_summing_its_window_gives(window, spans) -> None:
+    """The estimate keeps running totals; a reference sums the window from scratch at every
+    step, with its own idea of the window: spans that ended at or after now - window_s."""
+    est, kept, now = RateEstimate(window_s=window), [], 0.0
+    for arrivals, seconds, share in spans:
+        now += seconds
+        est.arrived(arrivals)
+        est.close(now, seconds, share)
+        kept = [s for s in kept + [(now, arrivals, seconds * share)] if s[0] >= now - window]
+        seen, exposure = sum(s[1] for s in kept), math.fsum(s[2] for s in kept)
+        assert est.seen == seen
+        if exposure > 0:
+            assert math.isclose(est.rate(), seen / exposure, rel_tol=1e-9)
+        else:
+            assert est.rate() is None
+
+
 def test_a_small_room_reaches_everything_and_a_big_one_narrows_within_budget() -> None:
     rng = random.Random(3)
     small = ShardPlanner(budget_groups=64)

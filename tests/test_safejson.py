@@ -287,3 +287,54 @@ def test_depth_prescan_on_text_that_is_not_json():
     assert _max_depth_exceeded('""[[[', 2) is True
     assert _max_depth_exceeded('"[[["', 2) is False
     assert reason('""[[[', max_depth=2) == "too_deep"
+
+
+def depth_exceeded_by_hand(text: str, limit: int) -> bool:
+    """Reference for any text: one character at a time; in a string a backslash takes the next
+    character with it, and a string that never closes runs to the end."""
+    depth, in_string, i = 0, False, 0
+    while i < len(text):
+        ch = text[i]
+        if in_string:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif ch in "]}":
+            depth -= 1
+        i += 1
+    return False
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='[]{}"\\a\n', max_size=40), st.integers(0, 5))
+def test_depth_prescan_agrees_with_a_character_scan_on_any_text(text, limit):
+    assert _max_depth_exceeded(text, limit) is depth_exceeded_by_hand(text, limit)
+
+
+@pytest.mark.parametrize(
+    "hostile, deep",
+    [
+        ('"\\"' * 300_000, False),  # quote, backslash, quote: the last string stays open
+        ('"' * 900_001, False),  # empty strings, then one that never closes
+        ("\\" * 900_000 + '"', False),  # backslashes outside a string, then an open one
+        ('"' + "\\" * 900_001, False),  # backslashes inside one that never closes
+        ('"' + "\\" * 900_000 + '"', True),  # ... and closes after the last escaped backslash
+    ],
+    ids=["escaped-quotes", "quotes", "backslashes-outside", "backslashes-inside", "closed"],
+)
+def test_depth_prescan_stays_linear_on_a_megabyte_of_quotes_and_backslashes(hostile, deep):
+    """The brackets come after the megabyte, so the whole of it is scanned."""
+    import time
+
+    text = hostile + "[" * 20
+    t0 = time.process_time()
+    assert _max_depth_exceeded(text, 16) is deep
+    assert time.process_time() - t0 < 5  # quadratic would take hours; linear takes ~0.1 s
+    assert depth_exceeded_by_hand(text, 16) is deep

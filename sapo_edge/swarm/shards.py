@@ -74,30 +74,41 @@ def draw_subtrees(fan: FanIn, rng: random.Random) -> list[int]:
 class RateEstimate:
     """The room's batch rate (per second, at share 1), from what arrived on the subtrees this
     node listened to: arrivals / exposure, where exposure is share x seconds listened, over a
-    sliding window of `window_s`. Unbiased whatever the fan-in was, since leaves are uniform."""
+    sliding window of `window_s`. Unbiased whatever the fan-in was, since leaves are uniform.
+    The window's totals are kept as spans come and go: a node ticks many times a second, and a
+    thousand of them in one process (bench/scale_nodes.py) summed their windows on every tick."""
 
     def __init__(self, window_s: float = 30.0) -> None:
         self.window_s = window_s
         self.spans: deque[tuple[float, int, float]] = deque()  # (end time, arrivals, exposure)
         self.arrivals = 0  # since the last close()
+        self.seen = 0  # arrivals in the window
+        self._exposure = 0.0  # exposure in the window
+        self._exposed = 0  # spans in the window with exposure > 0
 
     def arrived(self, n: int = 1) -> None:
         self.arrivals += n
 
     def close(self, now: float, seconds: float, share: float) -> None:
         """End a span of `seconds` listened at `share`."""
-        self.spans.append((now, self.arrivals, seconds * share))
+        self._add((now, self.arrivals, seconds * share), +1)
         self.arrivals = 0
         while self.spans and self.spans[0][0] < now - self.window_s:
-            self.spans.popleft()
+            self._add(self.spans[0], -1)
 
-    @property
-    def seen(self) -> int:
-        return sum(a for _, a, _ in self.spans)
+    def _add(self, span: tuple[float, int, float], sign: int) -> None:
+        if sign > 0:
+            self.spans.append(span)
+        else:
+            self.spans.popleft()
+        self.seen += sign * span[1]
+        if span[2] > 0:
+            self._exposed += sign
+            # a float running sum drifts: start again from exact zero whenever it empties
+            self._exposure = self._exposure + sign * span[2] if self._exposed else 0.0
 
     def rate(self) -> float | None:
-        exposure = sum(e for _, _, e in self.spans)
-        return self.seen / exposure if exposure > 0 else None
+        return self.seen / self._exposure if self._exposed and self._exposure > 0 else None
 
 
 START = FanIn(2, 1)  # 1/256 of the room until this node has heard enough to tell its size
