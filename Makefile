@@ -23,9 +23,11 @@ demo: venv
 	$(VENV)/bin/sapo-edge sim --preset demo --out-dir runs/demo
 
 # everything but the namespace LAN (`make chaos`) and the five end-to-end script runs marked
-# `long` (`make test-long`, which CI runs right after): under 3 minutes on 2 cores
+# `long` (`make test-long`, which CI runs right after): under 3 minutes on 2 cores, in two
+# pytest-xdist workers (TEST_JOBS=1 for one process; docs/testing.md has the timings)
+TEST_JOBS ?= 2
 test: venv
-	$(PY) -m pytest -q -m "not netns and not long"
+	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not netns and not long"
 
 # the short soak, the kill-and-resume trials, the benchmark and sweep smoke runs and the SmolLM2
 # GGUF conversion (~2-3 min)
@@ -35,7 +37,7 @@ test-long: venv
 # the quick loop while editing: everything but the tests marked `slow` (model runs, subprocess
 # CLIs, scale); `make test` (and CI) still runs them all
 test-fast: venv
-	$(PY) -m pytest -q -m "not slow and not netns"
+	$(PY) -m pytest -q -n $(TEST_JOBS) -m "not slow and not netns"
 
 # mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
 # so not part of `make test`; at low priority, on both cores. One module at a time:

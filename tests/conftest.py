@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# `make test` runs two pytest-xdist workers. Each one's torch (and every node process it starts)
+# gets its share of the cores, set here before anything imports torch: two workers of two
+# OpenMP threads each on two cores spin against each other (a 3 s model test took 57 s).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 import pytest
 from tiny_model import build_tiny_qwen  # pytest's default import mode puts tests/ on sys.path
