@@ -43,6 +43,20 @@ def load_summaries(docs: Path) -> tuple[dict[str, list[dict]], list[str]]:
     return found, bad
 
 
+def swarm_per_round(cell: dict) -> list[float]:
+    """The swarm's reward in each round: the sum over nodes of their mean training reward."""
+    return [sum(r[i] for r in cell["rewards"].values()) for i in range(cell["rounds_done"])]
+
+
+def halves(a: dict, b: dict) -> tuple[int, float, float]:
+    """(k, early, late): split a's and b's common rounds after round k (the first half; the
+    larger half is the late one), and return a - b's cumulative reward in each half."""
+    ra, rb = swarm_per_round(a), swarm_per_round(b)
+    n = min(len(ra), len(rb))
+    k = n // 2
+    return k, sum(ra[:k]) - sum(rb[:k]), sum(ra[k:n]) - sum(rb[k:n])
+
+
 def analyse(cells: list[dict]) -> dict:
     base = next((c for c in cells if c["split"] == "base"), None)
     splits: dict[str, dict] = {}
@@ -69,7 +83,9 @@ def analyse(cells: list[dict]) -> dict:
             diffs, iv = paired(per_split[a]["total"], per_split[b]["total"])
             ta, tb = per_split[a]["total"], per_split[b]["total"]
             ratios = {s: ta[s] / tb[s] for s in diffs if tb[s] > 0}
+            by_a, by_b = splits[a], splits[b]
             comparisons[(a, b)] = {
+                "halves": {s: halves(by_a[s], by_b[s]) for s in diffs},
                 "diffs": diffs,
                 "interval": iv,
                 "ratios": ratios,
@@ -111,6 +127,17 @@ def reading(a: dict) -> list[str]:
             out.append(
                 f"{x} - {y} over {n} seeds: {iv.text()}; the interval includes 0, so these seeds "
                 "do not show a difference."
+            )
+    for (x, y), c in a["comparisons"].items():
+        h = c["halves"]
+        if h:
+            early = sum(e for _, e, _ in h.values()) / len(h)
+            late = sum(v for _, _, v in h.values()) / len(h)
+            k = min(k for k, _, _ in h.values())
+            trend = "widened" if late > early else "narrowed" if late < early else "held"
+            out.append(
+                f"{x} - {y} by half (mean over {len(h)} seed(s)): {early:+.2f} in rounds 1-{k}, "
+                f"{late:+.2f} after: the gap {trend} (per seed in the halves table)."
             )
     c = a["comparisons"].get(("4/4", "8/0"))
     if c and c["ratio_interval"] is not None:
@@ -173,6 +200,19 @@ def render(label: str, a: dict) -> str:
                 f"| {x} - {y} | {per} | {_iv(c['interval'])} | {rat} | "
                 f"{_iv(c['ratio_interval'], 3)} |"
             )
+    if a["comparisons"]:
+        lines += [
+            "",
+            "The same differences by half of the run (does the gap grow with training?):",
+            "",
+        ]
+        lines += ["| comparison | per seed: first half, second half |", "|---|---|"]
+        for (x, y), c in a["comparisons"].items():
+            per = "; ".join(
+                f"{s}: rounds 1-{k} {e:+.2f}, {k + 1}-on {v:+.2f}"
+                for s, (k, e, v) in c["halves"].items()
+            )
+            lines.append(f"| {x} - {y} | {per} |")
     if a["adaptive_j"]:
         total = sum(a["adaptive_j"].values())
         shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in a["adaptive_j"].items())
@@ -202,9 +242,8 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
     for split in [s for s in ORDER if s in by_split]:
         curves = []
         for c in by_split[split]:
-            per_round = [sum(r[i] for r in c["rewards"].values()) for i in range(c["rounds_done"])]
             run, acc = [], 0.0
-            for x in per_round:
+            for x in swarm_per_round(c):
                 acc += x
                 run.append(acc)
             curves.append(run)

@@ -114,6 +114,34 @@ def test_report_from_hand_made_summaries(tmp_path):
     assert (docs / "evidence/t/adaptive_j.png").stat().st_size > 1000
 
 
+def test_the_gap_by_half_of_the_run(tmp_path):
+    """5 rounds: the first half is rounds 1-2, the second rounds 3-5 (the larger half is late).
+    Swarm reward per round is the sum over the two nodes."""
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+
+    def cell(split, seed, per_node):  # every node earns per_node[i] in round i
+        c = _cell(split, seed, 2 * sum(per_node))
+        c.update(rewards={"n-0": per_node, "n-1": per_node}, rounds_done=len(per_node))
+        return c
+
+    cells = [
+        cell("8/0", 0, [0.1, 0.1, 0.1, 0.1, 0.1]),
+        cell("4/4", 0, [0.1, 0.2, 0.3, 0.4, 0.5]),  # +0.1 in 1-2; +0.2+0.3+0.4 = +0.9 late, x2
+        cell("8/0", 1, [0.5, 0.5, 0.2, 0.2, 0.2]),
+        cell("4/4", 1, [0.6, 0.6, 0.2, 0.2, 0.1]),  # +0.2 early, -0.1 late, x2
+    ]
+    for c in cells:
+        name = f"seed-{c['seed']}-{c['split'].replace('/', '-')}.json"
+        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    text = evidence_report.write_results(docs).read_text()
+    row = "| 4/4 - 8/0 | 0: rounds 1-2 +0.20, 3-on +1.80; 1: rounds 1-2 +0.40, 3-on -0.20 |"
+    assert row in text
+    # early mean (0.2 + 0.4) / 2 = 0.3, late (1.8 - 0.2) / 2 = 0.8
+    assert "4/4 - 8/0 by half (mean over 2 seed(s)): +0.30 in rounds 1-2, +0.80 after: " in text
+    assert "the gap widened" in text
+
+
 def test_no_summaries_says_not_run(tmp_path):
     text = evidence_report.write_results(tmp_path).read_text()
     assert "has not been run" in text and "| split |" not in text
