@@ -2,6 +2,7 @@
 4 one-digit additions x G=8, up to 128 tokens, the torch backend), to see where the memory goes.
 
     python bench/rss_phases.py --dtype float32 --micro-batch 4 --rounds 2
+    python bench/rss_phases.py --micro-batch 1 --trim --lean    # the leanest settings
 
 Linux only: the process's peak (VmHWM) is reset between phases by writing 5 to
 /proc/self/clear_refs. Try glibc's allocator settings from the environment, e.g.
@@ -46,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument(
+        "--trim", action="store_true", help="hand freed heap back to the OS after each phase"
+    )
+    ap.add_argument(
+        "--lean", action="store_true", help="float32 LoRA unmerged while sampling (no merged copy)"
+    )
     args = ap.parse_args(argv)
 
     from sapo_edge.backends import load_backend
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = fixed_tasks(spec)
     prompts = [build_messages(t.question) for t in tasks]
     backend = load_backend(Path(spec.model_dir), cfg, "rss", "cpu", print, kind="torch")
+    backend.lean_lora = args.lean
     print(f"load: {rss_mb()}")
     release_memory()
     reset_peak()
@@ -64,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         groups = generate_round(backend, spec, prompts, seed=r)
         print(f"round {r} generation {time.perf_counter() - t0:.1f} s: {rss_mb()}")
+        if args.trim:
+            release_memory()
+            print(f"round {r} trimmed: {rss_mb()}")
         reset_peak()
         samples, _ = scored_samples(tasks, prompts, groups)
         stats = backend.train_step(samples)
@@ -71,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"round {r} step {stats.seconds:.1f} s, {rows} rows, {stats.tokens} tokens: {rss_mb()}"
         )
+        if args.trim:
+            release_memory()
+            print(f"round {r} trimmed: {rss_mb()}")
         reset_peak()
     return 0
 

@@ -89,15 +89,16 @@ def test_lean_bfloat16_lora_is_as_close_to_float32_as_peft_and_leaves_the_weight
 
 
 def test_fused_generation_picks_the_unfused_tokens(tiny_qwen):
-    """Near-zero temperature makes sampling greedy: folding LoRA in must not change a token."""
+    """Near-zero temperature makes sampling greedy: folding LoRA in, or running it lean in
+    float32, must not change a token."""
     b = _backend(tiny_qwen, "fused")
     runs = {}
-    for fuse in (True, False):
-        b.fuse_lora = fuse
-        runs[fuse] = b.generate(PROMPTS, 3, max_new_tokens=12, temperature=1e-6, top_p=1.0, seed=0)
-    ids = {fuse: [c.trained_ids for grp in runs[fuse] for c in grp] for fuse in runs}
-    assert ids[True] == ids[False]
-    assert len({tuple(i) for i in ids[True]}) > 1  # the two prompts decode differently
+    for mode in ("merged", "lean", "peft"):
+        b.fuse_lora, b.lean_lora = mode != "peft", mode == "lean"
+        runs[mode] = b.generate(PROMPTS, 3, max_new_tokens=12, temperature=1e-6, top_p=1.0, seed=0)
+    ids = {mode: [c.trained_ids for grp in runs[mode] for c in grp] for mode in runs}
+    assert ids["merged"] == ids["lean"] == ids["peft"]
+    assert len({tuple(i) for i in ids["merged"]}) > 1  # the two prompts decode differently
 
     b.close()
 

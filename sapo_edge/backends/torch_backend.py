@@ -136,6 +136,7 @@ class TorchBackend:
         self.optimizer = self._new_optimizer()
         self.seed = 0  # the dropout stream's seed; reset() sets it
         self.fuse_lora = True  # LoRA folded in (float32) or lean (bf16) while sampling
+        self.lean_lora = False  # lean in float32 too: no merged copy (bench/rss_phases.py --lean)
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
@@ -200,7 +201,7 @@ class TorchBackend:
         (torch_decode.merged_lora)."""
         self._activate()
         self.model.eval()
-        with merged_lora(self.model, self.adapter, self.fuse_lora):
+        with merged_lora(self.model, self.adapter, self.fuse_lora, self.lean_lora):
             return self._decode(prompts, n, max_new_tokens, temperature, top_p, seed, progress)
 
     @torch.inference_mode()
