@@ -99,6 +99,17 @@ def test_fused_generation_picks_the_unfused_tokens(tiny_qwen):
     ids = {mode: [c.trained_ids for grp in runs[mode] for c in grp] for mode in runs}
     assert ids["merged"] == ids["lean"] == ids["peft"]
     assert len({tuple(i) for i in ids["merged"]}) > 1  # the two prompts decode differently
+    # the same tokens either way, so count what each mode swaps in: every LoRA layer of the
+    # adapter (2 layers x the config's targets), all merged or all lean
+    b._activate()
+    kinds = {}
+    for lean in (False, True):
+        with merged_lora(b.model, b.adapter, True, lean):
+            names = [type(m).__name__ for m in b.model.modules()]
+        kinds[lean] = {k: names.count(k) for k in ("_MergedLinear", "_LeanLora")}
+    layers = kinds[False]["_MergedLinear"]
+    assert layers == 2 * len(b.cfg.lora_targets) and kinds[False]["_LeanLora"] == 0
+    assert kinds[True] == {"_MergedLinear": 0, "_LeanLora": layers}
 
     b.close()
 

@@ -205,11 +205,11 @@ def merged_lora(model: nn.Module, adapter: str, enabled: bool = True, lean: bool
                 dtype = base.weight.dtype
                 if dtype == torch.float32 and not lean:
                     delta = layer.get_delta_weight(adapter).to(dtype)
-                    lean = _MergedLinear(base.weight + delta, base.bias)
+                    swap: nn.Module = _MergedLinear(base.weight + delta, base.bias)
                 else:
                     a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
-                    lean = _LeanLora(base, a, b, layer.scaling[adapter])
-                setattr(parent, attr, lean)
+                    swap = _LeanLora(base, a, b, layer.scaling[adapter])
+                setattr(parent, attr, swap)
                 swapped.append((parent, attr, layer))
         yield
     finally:
