@@ -326,15 +326,32 @@ def test_depth_prescan_agrees_with_a_character_scan_on_any_text(text, limit):
         ("\\" * 900_000 + '"', False),  # backslashes outside a string, then an open one
         ('"' + "\\" * 900_001, False),  # backslashes inside one that never closes
         ('"' + "\\" * 900_000 + '"', True),  # ... and closes after the last escaped backslash
+        ('"' + "\\a" * 450_000, False),  # escapes in one string that never closes
     ],
-    ids=["escaped-quotes", "quotes", "backslashes-outside", "backslashes-inside", "closed"],
+    ids=[
+        "escaped-quotes",
+        "quotes",
+        "backslashes-outside",
+        "backslashes-inside",
+        "closed",
+        "escapes",
+    ],
 )
 def test_depth_prescan_stays_linear_on_a_megabyte_of_quotes_and_backslashes(hostile, deep):
-    """The brackets come after the megabyte, so the whole of it is scanned."""
+    """The brackets come after the megabyte, so the whole of it is scanned, in linear time and
+    in memory of the order of the text (a backtracking regex kept ~60 MB of state, 65x the
+    text, on the last case: see _STRING)."""
     import time
+    import tracemalloc
 
     text = hostile + "[" * 20
     t0 = time.process_time()
-    assert _max_depth_exceeded(text, 16) is deep
+    tracemalloc.start()
+    try:
+        assert _max_depth_exceeded(text, 16) is deep
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert time.process_time() - t0 < 5  # quadratic would take hours; linear takes ~0.1 s
+    assert peak < 8 * len(text), peak  # re.sub's pieces: up to ~6x the text (many matches)
     assert depth_exceeded_by_hand(text, 16) is deep
