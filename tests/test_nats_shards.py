@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sapo_edge.swarm.shards import (
@@ -96,6 +96,8 @@ def test_the_rate_estimate_is_unbiased_whatever_the_share() -> None:
 
 
 @settings(max_examples=200, deadline=None)
+@example(0.5, [(0, 20.0, 1.0), (0, 0.3, 0.0), (5, 1e-10, 1 / 65536), (0, 0.3, 0.0)])  # to ~0
+@example(1.0, [(0, 1.0, 1.0), (0, 1e-05, 1 / 65536), (1, 1.0, 0.0)])  # big span leaves a tiny one
 @given(
     st.floats(0.5, 120.0),
     st.lists(
@@ -118,8 +120,8 @@ def test_the_rate_estimate_is_what_summing_its_window_gives(window, spans) -> No
         kept = [s for s in kept + [(now, arrivals, seconds * share)] if s[0] >= now - window]
         seen, exposure = sum(s[1] for s in kept), math.fsum(s[2] for s in kept)
         assert est.seen == seen
-        if exposure > 0:
-            assert math.isclose(est.rate(), seen / exposure, rel_tol=1e-9)
+        if exposure > 0:  # a running sum: rounding error, bounded relative to what is left
+            assert math.isclose(est.rate(), seen / exposure, rel_tol=1e-6)
         else:
             assert est.rate() is None
 

@@ -104,8 +104,11 @@ class RateEstimate:
         self.seen += sign * span[1]
         if span[2] > 0:
             self._exposed += sign
-            # a float running sum drifts: start again from exact zero whenever it empties
             self._exposure = self._exposure + sign * span[2] if self._exposed else 0.0
+            if sign < 0 and self._exposed and self._exposure < 1e-6 * span[2]:
+                # a span that outweighed what is left went: the running sum is mostly rounding
+                # error now (or <= 0), so sum what is left exactly (rare: the share changed a lot)
+                self._exposure = math.fsum(e for _, _, e in self.spans if e > 0)
 
     def rate(self) -> float | None:
         return self.seen / self._exposure if self._exposed and self._exposure > 0 else None
