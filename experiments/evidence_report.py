@@ -48,13 +48,17 @@ def swarm_per_round(cell: dict) -> list[float]:
     return [sum(r[i] for r in cell["rewards"].values()) for i in range(cell["rounds_done"])]
 
 
-def halves(a: dict, b: dict) -> tuple[int, float, float]:
-    """(k, early, late): split a's and b's common rounds after round k (the first half; the
-    larger half is the late one), and return a - b's cumulative reward in each half."""
+def halves(a: dict, b: dict) -> tuple[int, int, float, float] | None:
+    """(k, n, early, late): a - b's swarm reward per round, averaged over the first k and the
+    last k of the n rounds both cells ran (k = n // 2; an odd n leaves its middle round out, so
+    the two halves weigh the same). None under 2 rounds."""
     ra, rb = swarm_per_round(a), swarm_per_round(b)
     n = min(len(ra), len(rb))
     k = n // 2
-    return k, sum(ra[:k]) - sum(rb[:k]), sum(ra[k:n]) - sum(rb[k:n])
+    if k < 1:
+        return None
+    diff = [x - y for x, y in zip(ra[:n], rb[:n], strict=True)]
+    return k, n, sum(diff[:k]) / k, sum(diff[n - k :]) / k
 
 
 def analyse(cells: list[dict]) -> dict:
@@ -85,7 +89,7 @@ def analyse(cells: list[dict]) -> dict:
             ratios = {s: ta[s] / tb[s] for s in diffs if tb[s] > 0}
             by_a, by_b = splits[a], splits[b]
             comparisons[(a, b)] = {
-                "halves": {s: halves(by_a[s], by_b[s]) for s in diffs},
+                "halves": {s: h for s in diffs if (h := halves(by_a[s], by_b[s])) is not None},
                 "diffs": diffs,
                 "interval": iv,
                 "ratios": ratios,
@@ -131,13 +135,20 @@ def reading(a: dict) -> list[str]:
     for (x, y), c in a["comparisons"].items():
         h = c["halves"]
         if h:
-            early = sum(e for _, e, _ in h.values()) / len(h)
-            late = sum(v for _, _, v in h.values()) / len(h)
-            k = min(k for k, _, _ in h.values())
-            trend = "widened" if late > early else "narrowed" if late < early else "held"
+            early = sum(e for _, _, e, _ in h.values()) / len(h)
+            late = sum(v for _, _, _, v in h.values()) / len(h)
+            spans = {(k, n) for k, n, _, _ in h.values()}
+            if len(spans) == 1:
+                ((k, n),) = spans
+                first, last = f"rounds 1-{k}", f"rounds {n - k + 1}-{n}"
+            else:  # seeds that ran different numbers of rounds: their own halves
+                first, last = "the first half", "the second half"
+            who = f"{x} gained on {y}" if late > early else f"{y} gained on {x}"
             out.append(
-                f"{x} - {y} by half (mean over {len(h)} seed(s)): {early:+.2f} in rounds 1-{k}, "
-                f"{late:+.2f} after: the gap {trend} (per seed in the halves table)."
+                f"{x} - {y} per round (mean over {len(h)} seed(s)): {early:+.3f} in {first}, "
+                f"{late:+.3f} in {last}: "
+                + (who if late != early else "neither gained on the other")
+                + " as training went on."
             )
     c = a["comparisons"].get(("4/4", "8/0"))
     if c and c["ratio_interval"] is not None:
@@ -206,11 +217,12 @@ def render(label: str, a: dict) -> str:
             "The same differences by half of the run (does the gap grow with training?):",
             "",
         ]
-        lines += ["| comparison | per seed: first half, second half |", "|---|---|"]
+        lines += ["| comparison | per seed: reward per round, first half and second half |"]
+        lines += ["|---|---|"]
         for (x, y), c in a["comparisons"].items():
             per = "; ".join(
-                f"{s}: rounds 1-{k} {e:+.2f}, {k + 1}-on {v:+.2f}"
-                for s, (k, e, v) in c["halves"].items()
+                f"{s}: rounds 1-{k} {e:+.3f}, {n - k + 1}-{n} {v:+.3f}"
+                for s, (k, n, e, v) in c["halves"].items()
             )
             lines.append(f"| {x} - {y} | {per} |")
     if a["adaptive_j"]:

@@ -114,32 +114,69 @@ def test_report_from_hand_made_summaries(tmp_path):
     assert (docs / "evidence/t/adaptive_j.png").stat().st_size > 1000
 
 
+def _rounds_cell(split, seed, per_node):
+    """Two nodes that each earn per_node[i] in round i: the swarm earns twice that."""
+    c = _cell(split, seed, 2 * sum(per_node))
+    c.update(rewards={"n-0": list(per_node), "n-1": list(per_node)}, rounds_done=len(per_node))
+    return c
+
+
 def test_the_gap_by_half_of_the_run(tmp_path):
-    """5 rounds: the first half is rounds 1-2, the second rounds 3-5 (the larger half is late).
-    Swarm reward per round is the sum over the two nodes."""
+    """5 rounds: the halves are rounds 1-2 and 4-5 (the middle one is left out, so a constant
+    gap reads as constant); the values are per round."""
     docs = tmp_path / "docs"
     (docs / "evidence" / "t").mkdir(parents=True)
-
-    def cell(split, seed, per_node):  # every node earns per_node[i] in round i
-        c = _cell(split, seed, 2 * sum(per_node))
-        c.update(rewards={"n-0": per_node, "n-1": per_node}, rounds_done=len(per_node))
-        return c
-
     cells = [
-        cell("8/0", 0, [0.1, 0.1, 0.1, 0.1, 0.1]),
-        cell("4/4", 0, [0.1, 0.2, 0.3, 0.4, 0.5]),  # +0.1 in 1-2; +0.2+0.3+0.4 = +0.9 late, x2
-        cell("8/0", 1, [0.5, 0.5, 0.2, 0.2, 0.2]),
-        cell("4/4", 1, [0.6, 0.6, 0.2, 0.2, 0.1]),  # +0.2 early, -0.1 late, x2
+        _rounds_cell("8/0", 0, [0.1, 0.1, 0.1, 0.1, 0.1]),
+        _rounds_cell("4/4", 0, [0.1, 0.2, 0.3, 0.4, 0.5]),  # swarm gap 0, .2, .4, .6, .8
+        _rounds_cell("8/0", 1, [0.5, 0.5, 0.2, 0.2, 0.2]),
+        _rounds_cell("4/4", 1, [0.6, 0.6, 0.2, 0.2, 0.1]),  # swarm gap .2, .2, 0, 0, -.2
     ]
     for c in cells:
         name = f"seed-{c['seed']}-{c['split'].replace('/', '-')}.json"
         (docs / "evidence" / "t" / name).write_text(json.dumps(c))
     text = evidence_report.write_results(docs).read_text()
-    row = "| 4/4 - 8/0 | 0: rounds 1-2 +0.20, 3-on +1.80; 1: rounds 1-2 +0.40, 3-on -0.20 |"
+    row = "| 4/4 - 8/0 | 0: rounds 1-2 +0.100, 4-5 +0.700; 1: rounds 1-2 +0.200, 4-5 -0.100 |"
     assert row in text
-    # early mean (0.2 + 0.4) / 2 = 0.3, late (1.8 - 0.2) / 2 = 0.8
-    assert "4/4 - 8/0 by half (mean over 2 seed(s)): +0.30 in rounds 1-2, +0.80 after: " in text
-    assert "the gap widened" in text
+    # early (0.1 + 0.2) / 2, late (0.7 - 0.1) / 2
+    assert (
+        "4/4 - 8/0 per round (mean over 2 seed(s)): +0.150 in rounds 1-2, +0.300 in rounds 4-5: "
+        "4/4 gained on 8/0 as training went on." in text
+    )
+
+
+@pytest.mark.parametrize(
+    "a, b, expect",
+    [
+        ([0.2] * 5, [0.1] * 5, (2, 5, 0.2, 0.2)),  # a constant gap: the same in both halves
+        ([0.1, 0.1, 0.1, 0.1], [0.1, 0.2, 0.3, 0.4], (2, 4, -0.1, -0.5)),  # a growing deficit
+        ([0.3, 0.3, 0.3], [0.1, 0.1], (1, 2, 0.4, 0.4)),  # only the rounds both ran
+        ([0.3], [0.1], None),  # one round has no halves
+        ([], [], None),
+    ],
+)
+def test_halves_by_hand(a, b, expect):
+    got = evidence_report.halves(_rounds_cell("4/4", 0, a), _rounds_cell("8/0", 0, b))
+    if expect is None:
+        assert got is None
+    else:
+        assert got[:2] == expect[:2] and got[2:] == pytest.approx(expect[2:])
+
+
+def test_the_reading_of_halves_names_who_gained():
+    def reading(per_seed):
+        c = {"interval": None, "diffs": {}, "ratio_interval": None, "halves": per_seed}
+        a = {"comparisons": {("4/4", "8/0"): c}}
+        a["splits"] = {}
+        return [t for t in evidence_report.reading(a) if "per round" in t]
+
+    (deficit,) = reading({0: (2, 4, -0.2, -1.0)})
+    assert "-0.200 in rounds 1-2, -1.000 in rounds 3-4: 8/0 gained on 4/4" in deficit
+    (same,) = reading({0: (2, 5, 0.2, 0.2)})
+    assert "neither gained on the other" in same
+    (mixed,) = reading({0: (6, 12, 0.1, 0.3), 1: (2, 4, 0.1, 0.1)})
+    assert "in the first half" in mixed and "in the second half" in mixed
+    assert reading({}) == []
 
 
 def test_no_summaries_says_not_run(tmp_path):
