@@ -9,7 +9,8 @@ from pathlib import Path
 # gets its share of the cores, set here before anything imports torch: two workers of two
 # OpenMP threads each on two cores spin against each other (a 3 s model test took 57 s).
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    _share = (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    _share = (_cores or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 import pytest
