@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workers import Spec, decode_floor, fixed_tasks  # noqa: E402
+from workers import Spec, decode_floor, fixed_tasks, generate_round  # noqa: E402
 
 from sapo_edge.backends import (  # noqa: E402
     load_backend,  # noqa: E402
@@ -121,14 +121,7 @@ def main() -> None:
         for name in variants:
             use(b, name)
             t0 = time.perf_counter()
-            groups = b.generate(
-                prompts,
-                spec.group_size,
-                max_new_tokens=a.max_new_tokens,
-                temperature=1.0,
-                top_p=1.0,
-                seed=rep,
-            )
+            groups = generate_round(b, spec, prompts, seed=rep)
             seconds = time.perf_counter() - t0
             tokens = sum(c.tokens for grp in groups for c in grp)
             floor = decode_floor(b, prompts, groups)
