@@ -68,24 +68,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load: {rss_mb()}")
     release_memory()
     reset_peak()
+
+    def phase_done(r: int, what: str) -> None:
+        print(f"round {r} {what}: {rss_mb()}")
+        if args.trim:
+            release_memory()
+            print(f"round {r} trimmed: {rss_mb()}")
+        reset_peak()
+
     for r in range(args.rounds):
         t0 = time.perf_counter()
         groups = generate_round(backend, spec, prompts, seed=r)
-        print(f"round {r} generation {time.perf_counter() - t0:.1f} s: {rss_mb()}")
-        if args.trim:
-            release_memory()
-            print(f"round {r} trimmed: {rss_mb()}")
-        reset_peak()
+        phase_done(r, f"generation {time.perf_counter() - t0:.1f} s")
         samples, _ = scored_samples(tasks, prompts, groups)
         stats = backend.train_step(samples)
         rows = sum(s.advantage != 0 for s in samples)
-        print(
-            f"round {r} step {stats.seconds:.1f} s, {rows} rows, {stats.tokens} tokens: {rss_mb()}"
-        )
-        if args.trim:
-            release_memory()
-            print(f"round {r} trimmed: {rss_mb()}")
-        reset_peak()
+        phase_done(r, f"step {stats.seconds:.1f} s, {rows} rows, {stats.tokens} tokens")
     return 0
 
 
