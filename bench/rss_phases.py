@@ -1,8 +1,8 @@
 """Peak RSS of each phase of a sapo-edge round on the head-to-head's work (bench/workers.py: SmolLM2,
 4 one-digit additions x G=8, up to 128 tokens, the torch backend), to see where the memory goes.
 
-    python bench/rss_phases.py --dtype float32 --micro-batch 4 --rounds 2
-    python bench/rss_phases.py --micro-batch 1 --trim --lean    # the leanest settings
+    python bench/rss_phases.py --dtype float32 --rounds 2      # the defaults
+    python bench/rss_phases.py --micro-batch 4 --merged        # the older defaults
 
 Linux only: the process's peak (VmHWM) is reset between phases by writing 5 to
 /proc/self/clear_refs. Try glibc's allocator settings from the environment, e.g.
@@ -44,14 +44,16 @@ def reset_peak() -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--micro-batch", type=int, default=0, help="0 = auto (1 on the CPU)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument(
         "--trim", action="store_true", help="hand freed heap back to the OS after each phase"
     )
     ap.add_argument(
-        "--lean", action="store_true", help="float32 LoRA unmerged while sampling (no merged copy)"
+        "--merged",
+        action="store_true",
+        help="float32 LoRA merged into a copy of the weights while sampling (the older default)",
     )
     args = ap.parse_args(argv)
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = fixed_tasks(spec)
     prompts = [build_messages(t.question) for t in tasks]
     backend = load_backend(Path(spec.model_dir), cfg, "rss", "cpu", print, kind="torch")
-    backend.lean_lora = args.lean
+    backend.lean_lora = not args.merged
     print(f"load: {rss_mb()}")
     release_memory()
     reset_peak()

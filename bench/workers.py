@@ -237,10 +237,13 @@ def gemm_floor(backend, samples) -> dict:
     if not seqs:
         return None  # every completion scored alike: no step ran, so no floor to compare with
     work = []
-    for rows in backend._micro_batches(seqs):
-        tokens = len(rows[0][0]) + sum(len(comp) for _, comp, _ in rows)
-        comp_tokens = sum(len(comp) for _, comp, _ in rows)
-        work += [(tokens, s, c.num_hidden_layers) for s in shapes] + [(comp_tokens, head, 1)]
+    for prompt, batches in backend._by_prompt(seqs):
+        # the prompt's prefix runs once for all its micro-batches (backends/shared_prefix.py);
+        # each row runs the prompt's last token and its completion but the last, logits for those
+        work += [(len(prompt) - 1, s, c.num_hidden_layers) for s in shapes]
+        for rows in batches:
+            tokens = sum(len(comp) for _, comp, _ in rows)
+            work += [(tokens, s, c.num_hidden_layers) for s in shapes] + [(tokens, head, 1)]
     return _time_gemms(work, dtype, backward=True)
 
 

@@ -131,9 +131,10 @@ class Config:
     )
     max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
     micro_batch_size: int = _f(
-        4,
-        "Sequences per forward/backward pass: bounds memory (~0.4 GB per 128-token sequence for a "
-        "135M model in float32), not the update.",
+        0,
+        "Sequences per forward/backward pass: bounds memory (~0.2 GB per 128-token sequence for a "
+        "135M model in float32), not the update. 0 = auto: 1 with torch on the CPU (each prompt "
+        "runs once for all its micro-batches, so small ones cost no speed there), 4 elsewhere.",
     )
 
     # --- LoRA (peft on torch, mlx-lm tuner on MLX) -------------------------------------
@@ -321,7 +322,7 @@ class Config:
             _finite(self.max_grad_norm) and self.max_grad_norm >= 0,
             "max_grad_norm must be 0 (off) or more.",
         )
-        need(self.micro_batch_size >= 1, "micro_batch_size must be 1 or more.")
+        need(self.micro_batch_size >= 0, "micro_batch_size must be 0 (auto) or more.")
         need(self.lora_r >= 1, f"lora_r is {self.lora_r}: use 1 or more (16 is typical).")
         need(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha must be positive.")
         need(
@@ -395,6 +396,11 @@ class Config:
             )
 
     # --------------------------------------------------------------------------------------
+    def micro_batch(self, device: str) -> int:
+        """micro_batch_size, or for 0 (auto) 1 on the torch backend's CPU and 4 elsewhere (a
+        GPU or MLX, where bigger passes use the hardware better)."""
+        return self.micro_batch_size or (1 if device == "cpu" else 4)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -77,7 +77,7 @@ def estimate_bytes(shape: Shape, cfg: Config, device: str = "cpu", nodes: int = 
     gen_logits = n_seqs * shape.vocab * 4 * 2
     per_token = shape.layers * shape.hidden * 36 * b + shape.vocab * 4 * 3
     train_tokens = (
-        min(cfg.max_prompt_tokens, PROMPT_TOKENS) + cfg.micro_batch_size * cfg.max_new_tokens
+        min(cfg.max_prompt_tokens, PROMPT_TOKENS) + cfg.micro_batch(device) * cfg.max_new_tokens
     )
     train = train_tokens * per_token
     return RUNTIME_BYTES + weights + lora + max(kv_cache + gen_logits, train)

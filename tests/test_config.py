@@ -67,7 +67,7 @@ BAD_VALUES = [
     ({"questions_per_round": 0}, "questions_per_round is 0", "use 1 or more"),
     ({"max_new_tokens": -5}, "max_new_tokens is -5", "use 1 or more"),
     ({"max_prompt_tokens": 8}, "max_prompt_tokens is 8", "use 16 or more"),
-    ({"micro_batch_size": 0}, "micro_batch_size", "1 or more"),
+    ({"micro_batch_size": -1}, "micro_batch_size", "0 (auto) or more"),
     ({"lora_r": -1}, "lora_r is -1", "use 1 or more"),
     ({"nodes": 0}, "nodes is 0", "use 1 or more"),
     ({"rounds": -1}, "rounds", "0 or more"),

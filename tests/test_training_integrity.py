@@ -148,9 +148,9 @@ def trained_rows(b, rows: list[tuple[int, ...]]):
     if b.name == "torch":
         orig = b._completion_logps
 
-        def spy(prompt, comps):
+        def spy(prefix, last_token, comps):
             rows.extend(tuple(c) for c in comps)
-            return orig(prompt, comps)
+            return orig(prefix, last_token, comps)
 
         with mock.patch.object(b, "_completion_logps", spy):
             yield
@@ -400,14 +400,25 @@ class NullHub:
 # --- the loss against a full-sequence reference ------------------------------------------------
 
 
-def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_tokens(tiny_qwen):
+@pytest.mark.parametrize("micro_batch", [1, 2])
+def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_tokens(
+    tiny_qwen, micro_batch
+):
     """One step's gradient against autograd through plain full-sequence forward passes: prefix
     sharing, micro-batches, temperature, the <|im_end|> end token and the token normaliser (which
-    counts the zero-advantage completion) all agree with the textbook DAPO loss."""
+    counts the zero-advantage completion) all agree with the textbook DAPO loss. At micro-batch 1
+    the first prompt's two trained rows are two micro-batches on one shared prefix, whose
+    gradient must go through the prefix exactly once."""
     import torch
 
-    cfg = _cfg(tiny_qwen, micro_batch_size=2, max_grad_norm=0.0, temperature=0.7, max_new_tokens=32)
-    b = load_backend(tiny_qwen, cfg, "grad_ref", "cpu", kind="torch", **QUIET)
+    cfg = _cfg(
+        tiny_qwen,
+        micro_batch_size=micro_batch,
+        max_grad_norm=0.0,
+        temperature=0.7,
+        max_new_tokens=32,
+    )
+    b = load_backend(tiny_qwen, cfg, f"grad_ref{micro_batch}", "cpu", kind="torch", **QUIET)
     b.reset(5)
     msgs = [{"role": "user", "content": "Calculate 2 + 3."}]
     other = [{"role": "user", "content": "What is 12 times 4?"}]

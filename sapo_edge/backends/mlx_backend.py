@@ -368,11 +368,12 @@ class MlxBackend:
             mx.random.seed(step_seed(self.seed, int(self.optimizer.state.get("step", 0))))
         self.model.train()
         grads, loss_sum, clip_sum = None, mx.array(0.0), mx.array(0.0)
-        starts = range(0, len(work), cfg.micro_batch_size)
+        size = cfg.micro_batch("mlx")
+        starts = range(0, len(work), size)
         for k, i in enumerate(starts):
             if progress is not None:  # may raise to abandon the step (a stop request)
                 progress(k, len(starts))
-            ids, where, targets, mask, adv = self._batch(work[i : i + cfg.micro_batch_size])
+            ids, where, targets, mask, adv = self._batch(work[i : i + size])
             ref = mx.zeros(mask.shape)
             if cfg.beta > 0:
                 with self._adapter_off():

@@ -22,13 +22,15 @@ from peft import (
     set_peft_model_state_dict,
 )
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from ..config import Config
 from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
 from .cpu_dtype import choose_cpu_dtype
+from .heap import returned_heap
 from .lora_init import lora_a_init, step_seed
+from .shared_prefix import SharedPrefix
 from .tokens import (
     encode_completion,
     end_tokens,
@@ -135,8 +137,10 @@ class TorchBackend:
             p.requires_grad_(True)
         self.optimizer = self._new_optimizer()
         self.seed = 0  # the dropout stream's seed; reset() sets it
-        self.fuse_lora = True  # LoRA folded in (float32) or lean (bf16) while sampling
-        self.lean_lora = False  # lean in float32 too: no merged copy (bench/rss_phases.py --lean)
+        self.fuse_lora = True  # LoRA swapped for torch_decode's fast layers while sampling
+        # float32 lean too: a merged copy of the projections (425 MB for a 135M model, ~1.4 GB
+        # for Qwen2.5-0.5B) would buy ~10% tokens/s; False merges (bench/rss_phases.py --merged)
+        self.lean_lora = True
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
@@ -196,9 +200,9 @@ class TorchBackend:
     # -------------------------------------------------------------------------- generate
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         """n completions per prompt. Each prompt is prefilled once and its KV cache repeated n
-        times (prefix sharing); a completion leaves the batch as soon as it ends. In float32 the
-        LoRA weights are folded into the base weights for the call, in bfloat16 they run lean
-        (torch_decode.merged_lora)."""
+        times (prefix sharing); a completion leaves the batch as soon as it ends. LoRA runs lean
+        (W x + B (A x), no merged copy of the weights) unless lean_lora is off, when float32
+        folds it into a copy of the weights for the call (torch_decode.merged_lora)."""
         self._activate()
         self.model.eval()
         with merged_lora(self.model, self.adapter, self.fuse_lora, self.lean_lora):
@@ -256,46 +260,43 @@ class TorchBackend:
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
         return training_sequences(self.tok, samples, self.cfg)
 
-    def _micro_batches(self, seqs: list) -> list[list]:
-        """Rows that share a prompt, at most micro_batch_size of them: each is one forward pass."""
+    def _by_prompt(self, seqs: list) -> list[tuple[list[int], list[list]]]:
+        """Rows grouped by prompt, each group cut into micro-batches of at most micro_batch_size
+        rows: one forward pass each, all sharing the prompt's prefix."""
         by_prompt: dict[tuple[int, ...], list] = {}
         for row in seqs:
             by_prompt.setdefault(tuple(row[0]), []).append(row)
-        size = self.cfg.micro_batch_size
+        size = self.cfg.micro_batch(self.device)
         return [
-            rows[i : i + size] for rows in by_prompt.values() for i in range(0, len(rows), size)
+            (list(prompt), [rows[i : i + size] for i in range(0, len(rows), size)])
+            for prompt, rows in by_prompt.items()
         ]
 
+    def _prefix(self, prompt: list[int]) -> SharedPrefix:
+        """All but the prompt's last token, run once for all its micro-batches (shared_prefix.py)."""
+        return SharedPrefix(self.lm.get_decoder(), self.model.config, prompt[:-1], self.device)
+
     def _completion_logps(
-        self, prompt: list[int], comps: list[list[int]]
+        self, prefix: SharedPrefix, last_token: int, comps: list[list[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token log-probs of completions of one prompt. All but the prompt's last token run
-        once, through the decoder alone, and their KV cache is repeated for every completion
-        (prefix sharing); then each row runs the prompt's last token and its completion, with
-        logits for completion tokens only. (Logits of the prompt's last position on their own,
-        a [1, 1, hidden] slice of a longer sequence, took a slow path through the LM head in
-        bfloat16 on the CPU: ~0.4 s a micro-batch.)"""
+        """Per-token log-probs of completions of one prompt: each row runs the prompt's last
+        token and its completion on the shared prefix's KV cache, with logits for completion
+        tokens only. (Logits of the prompt's last position on their own, a [1, 1, hidden] slice
+        of a longer sequence, took a slow path through the LM head in bfloat16 on the CPU: ~0.4 s
+        a micro-batch.)"""
         m, width = len(comps), max(len(c) for c in comps)
         pad = self.tok.pad_token_id
         comp = torch.tensor([c + [pad] * (width - len(c)) for c in comps], device=self.device)
         cmask = torch.tensor(
             [[1] * len(c) + [0] * (width - len(c)) for c in comps], device=self.device
         )
-        cache = DynamicCache(config=self.model.config)
-        n = len(prompt) - 1  # the shared prefix
-        if n > 0:
-            decoder = self.lm.get_decoder()
-            decoder(
-                input_ids=torch.tensor([prompt[:-1]], device=self.device),
-                **kv_cache(decoder, cache),
-            )
-            cache.batch_repeat_interleave(m)
-        last = torch.full((m, 1), prompt[-1], device=self.device, dtype=comp.dtype)
+        n = prefix.length
+        last = torch.full((m, 1), last_token, device=self.device, dtype=comp.dtype)
         logits = self.model(
             input_ids=torch.cat([last, comp[:, :-1]], 1),
             attention_mask=torch.cat([cmask.new_ones(m, n + 1), cmask[:, :-1]], 1),
             position_ids=torch.arange(n, n + width, device=self.device).expand(m, -1),
-            **kv_cache(self.lm, cache),
+            **kv_cache(self.lm, prefix.cache(m)),
         ).logits
         return self._token_logps(logits, comp), cmask.float()
 
@@ -323,10 +324,12 @@ class TorchBackend:
         self.model.eval()
         seqs = [(*row, i) for i, s in enumerate(samples) for row in self._sequences([s])]
         out: list[list[float]] = [[] for _ in samples]
-        for mb in self._micro_batches(seqs):
-            logp, _ = self._completion_logps(mb[0][0], [c for _, c, _, _ in mb])
-            for (_, c, _, i), row in zip(mb, logp, strict=True):
-                out[i] = row[: len(c)].tolist()
+        for prompt, batches in self._by_prompt(seqs):
+            prefix = self._prefix(prompt)
+            for mb in batches:
+                logp, _ = self._completion_logps(prefix, prompt[-1], [c for _, c, _, _ in mb])
+                for (_, c, _, i), row in zip(mb, logp, strict=True):
+                    out[i] = row[: len(c)].tolist()
         return out
 
     def train_step(self, samples: list[Sample], progress=None) -> StepStats:
@@ -342,16 +345,20 @@ class TorchBackend:
         work = [row for row in seqs if row[2] != 0.0 or cfg.beta > 0]
         dev = torch.device(self.device)
         fork = {"devices": [dev.index or 0], "device_type": dev.type} if dev.type != "cpu" else {}
-        with torch.random.fork_rng(**{"devices": [], **fork}, enabled=cfg.lora_dropout > 0):
-            if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
-                torch.manual_seed(step_seed(self.seed, self._steps_taken()))
-            loss_sum, clipped = self._accumulate(work, total_tokens, progress)
-        grad_norm = 0.0
-        if work:
-            if cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        # on the CPU the step's freed activations go back to the OS as it runs (heap.py)
+        with returned_heap(dev.type == "cpu"):
+            with torch.random.fork_rng(**{"devices": [], **fork}, enabled=cfg.lora_dropout > 0):
+                if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
+                    torch.manual_seed(step_seed(self.seed, self._steps_taken()))
+                loss_sum, clipped = self._accumulate(work, total_tokens, progress)
+            grad_norm = 0.0
+            if work:
+                if cfg.max_grad_norm > 0:
+                    grad_norm = float(
+                        torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                    )
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         return StepStats(
             loss_sum,
@@ -367,38 +374,46 @@ class TorchBackend:
         return int(state.get("step", 0))
 
     def _accumulate(self, seqs: list, total_tokens: int, progress=None) -> tuple[float, float]:
-        """Forward and backward of every micro-batch; gradients add up in the LoRA parameters."""
+        """Forward and backward of every micro-batch; gradients add up in the LoRA parameters.
+        Each prompt's prefix runs once; its gradient goes through it after its last micro-batch."""
         cfg = self.cfg
         loss_sum, clipped = 0.0, 0.0
-        batches = self._micro_batches(seqs)
-        for k, mb in enumerate(batches):
-            if progress is not None:  # may raise to abandon the step (a stop request)
-                progress(k, len(batches))
-            logp, mask = self._completion_logps(mb[0][0], [c for _, c, _ in mb])
-            adv = torch.tensor([a for _, _, a in mb], device=self.device)[:, None]
-            # 4. advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this policy,
-            #    so old log-probs are the detached current ones: no second forward pass.
-            ratio = torch.exp(logp - logp.detach())
-            clipped_ratio = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
-            per_token = -torch.min(ratio * adv, clipped_ratio * adv)
-            if cfg.beta > 0:  # k3 KL to the base model = this model with the adapter switched off
-                with torch.no_grad(), self.model.disable_adapter():
-                    ref, _ = self._completion_logps(mb[0][0], [c for _, c, _ in mb])
-                per_token = per_token + cfg.beta * (torch.exp(ref - logp) - (ref - logp) - 1)
-            # 5. token-level normalisation over every completion token of the step (DAPO)
-            loss = (per_token * mask).sum() / max(total_tokens, 1)
-            loss.backward()
-            loss_sum += loss.item()
-            clipped += (
-                (
-                    ((ratio < 1 - cfg.clip_low) & (adv < 0))
-                    | ((ratio > 1 + cfg.clip_high) & (adv > 0))
+        groups = self._by_prompt(seqs)
+        count, k = sum(len(batches) for _, batches in groups), 0
+        for prompt, batches in groups:
+            prefix, ref_prefix = self._prefix(prompt), None
+            for mb in batches:
+                if progress is not None:  # may raise to abandon the step (a stop request)
+                    progress(k, count)
+                k += 1
+                comps = [c for _, c, _ in mb]
+                logp, mask = self._completion_logps(prefix, prompt[-1], comps)
+                adv = torch.tensor([a for _, _, a in mb], device=self.device)[:, None]
+                # 4. advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this
+                #    policy, so old log-probs are the detached current ones: no second forward pass.
+                ratio = torch.exp(logp - logp.detach())
+                clipped_ratio = ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
+                per_token = -torch.min(ratio * adv, clipped_ratio * adv)
+                if cfg.beta > 0:  # k3 KL to the base model = this model with the adapter off
+                    with torch.no_grad(), self.model.disable_adapter():
+                        ref_prefix = ref_prefix or self._prefix(prompt)
+                        ref, _ = self._completion_logps(ref_prefix, prompt[-1], comps)
+                    per_token = per_token + cfg.beta * (torch.exp(ref - logp) - (ref - logp) - 1)
+                # 5. token-level normalisation over every completion token of the step (DAPO)
+                loss = (per_token * mask).sum() / max(total_tokens, 1)
+                loss.backward()
+                loss_sum += loss.item()
+                clipped += (
+                    (
+                        ((ratio < 1 - cfg.clip_low) & (adv < 0))
+                        | ((ratio > 1 + cfg.clip_high) & (adv > 0))
+                    )
+                    .float()
+                    .mul(mask)
+                    .sum()
+                    .item()
                 )
-                .float()
-                .mul(mask)
-                .sum()
-                .item()
-            )
+            prefix.backward()
         return loss_sum, clipped
 
     # ---------------------------------------------------------------------- persistence
