@@ -2,11 +2,13 @@
 4 one-digit additions x G=8, up to 128 tokens, the torch backend), to see where the memory goes.
 
     python bench/rss_phases.py --dtype float32 --rounds 2      # the defaults
-    python bench/rss_phases.py --micro-batch 4 --merged        # the older defaults
+    python bench/rss_phases.py --micro-batch 4 --merged        # near the older defaults
+
+(The older defaults also ran the prompt once per micro-batch and kept the step's freed memory
+in glibc's heap; shared_prefix.py and heap.py now do neither, whatever the flags.)
 
 Linux only: the process's peak (VmHWM) is reset between phases by writing 5 to
-/proc/self/clear_refs. Try glibc's allocator settings from the environment, e.g.
-MALLOC_MMAP_THRESHOLD_=1048576 (large tensors mmapped, so freed ones go back to the OS).
+/proc/self/clear_refs. Setting MALLOC_MMAP_THRESHOLD_ in the environment turns heap.py off.
 """
 
 from __future__ import annotations

@@ -325,7 +325,7 @@ def trl_settings(spec: Spec, tuned: bool) -> dict:
             "gradient_accumulation_steps": 1,
             "gradient_checkpointing": False,
         }
-    micro = min(Config().micro_batch_size, completions)
+    micro = min(Config().micro_batch("cpu"), completions)  # sapo-edge's auto size here: 1
     return {
         "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": completions // micro,

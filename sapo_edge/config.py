@@ -132,9 +132,9 @@ class Config:
     max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
     micro_batch_size: int = _f(
         0,
-        "Sequences per forward/backward pass: bounds memory (~0.2 GB per 128-token sequence for a "
-        "135M model in float32), not the update. 0 = auto: 1 with torch on the CPU (each prompt "
-        "runs once for all its micro-batches, so small ones cost no speed there), 4 elsewhere.",
+        "Sequences per forward/backward pass: bounds memory (~0.2-0.4 GB per 128-token sequence "
+        "for a 135M model in float32), not the update. 0 = auto: 1 on the CPU (torch runs each "
+        "prompt once for all its micro-batches, so small ones cost it little), 4 on a GPU.",
     )
 
     # --- LoRA (peft on torch, mlx-lm tuner on MLX) -------------------------------------
@@ -397,8 +397,8 @@ class Config:
 
     # --------------------------------------------------------------------------------------
     def micro_batch(self, device: str) -> int:
-        """micro_batch_size, or for 0 (auto) 1 on the torch backend's CPU and 4 elsewhere (a
-        GPU or MLX, where bigger passes use the hardware better)."""
+        """micro_batch_size, or for 0 (auto) 1 on the CPU (torch's or MLX's) and 4 on a GPU,
+        where bigger passes use the hardware better."""
         return self.micro_batch_size or (1 if device == "cpu" else 4)
 
     def to_dict(self) -> dict[str, Any]:

@@ -261,6 +261,8 @@ def test_estimates_grow_with_the_work() -> None:
     assert fit.estimate_bytes(s, Config(micro_batch_size=1), device="cuda:0") < base  # bfloat16
     # auto micro-batch: 1 on the CPU, 4 on a GPU
     assert fit.estimate_bytes(s, Config(micro_batch_size=4)) > base
+    assert (Config().micro_batch("cpu"), Config().micro_batch("cuda:0")) == (1, 4)
+    assert Config().micro_batch("gpu") == 4 and Config(micro_batch_size=3).micro_batch("cpu") == 3
     assert fit.estimate_bytes(fit.KNOWN["smollm2-135m"], Config()) < base
 
 

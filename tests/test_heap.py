@@ -65,6 +65,7 @@ def test_nested_and_concurrent_steps_keep_the_low_threshold_until_the_last_ends(
 
 def test_disabled_or_without_glibc_it_changes_nothing(monkeypatch):
     libc = _libc()
+    libc.mallopt(heap.M_MMAP_THRESHOLD, heap.CEILING)  # as after a step, whatever ran before
     with heap.returned_heap(enabled=False):
         assert _mapped_by(libc, BLOCK) == 0
     monkeypatch.setattr(heap, "glibc", lambda: None)
@@ -76,6 +77,15 @@ def test_disabled_or_without_glibc_it_changes_nothing(monkeypatch):
 def test_glibc_is_only_looked_for_on_linux_glibc(monkeypatch):
     heap.glibc.cache_clear()
     monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("", ""))  # musl, or macOS
+    try:
+        assert heap.glibc() is None
+    finally:
+        heap.glibc.cache_clear()
+
+
+def test_a_threshold_the_user_set_is_left_alone(monkeypatch):
+    heap.glibc.cache_clear()
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     try:
         assert heap.glibc() is None
     finally:

@@ -400,16 +400,22 @@ class NullHub:
 # --- the loss against a full-sequence reference ------------------------------------------------
 
 
-@pytest.mark.parametrize("micro_batch", [1, 2])
+@pytest.mark.parametrize(("micro_batch", "shared"), [(1, True), (2, True), (1, False)])
 def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_tokens(
-    tiny_qwen, micro_batch
+    tiny_qwen, micro_batch, shared, monkeypatch
 ):
     """One step's gradient against autograd through plain full-sequence forward passes: prefix
     sharing, micro-batches, temperature, the <|im_end|> end token and the token normaliser (which
     counts the zero-advantage completion) all agree with the textbook DAPO loss. At micro-batch 1
     the first prompt's two trained rows are two micro-batches on one shared prefix, whose
-    gradient must go through the prefix exactly once."""
+    gradient must go through the prefix exactly once. Unshared: a cache of other layer kinds
+    (sliding windows, say) runs the prefix again for every micro-batch."""
     import torch
+
+    from sapo_edge.backends import shared_prefix
+
+    if not shared:  # no layer is a plain DynamicLayer: the fallback path
+        monkeypatch.setattr(shared_prefix, "DynamicLayer", type("Other", (), {}))
 
     cfg = _cfg(
         tiny_qwen,
@@ -418,7 +424,7 @@ def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_to
         temperature=0.7,
         max_new_tokens=32,
     )
-    b = load_backend(tiny_qwen, cfg, f"grad_ref{micro_batch}", "cpu", kind="torch", **QUIET)
+    b = load_backend(tiny_qwen, cfg, f"grad_ref{micro_batch}{shared}", "cpu", kind="torch", **QUIET)
     b.reset(5)
     msgs = [{"role": "user", "content": "Calculate 2 + 3."}]
     other = [{"role": "user", "content": "What is 12 times 4?"}]

@@ -8,16 +8,20 @@ different order than they were taken, they leave holes the heap keeps, so reside
 creeps up micro-batch after micro-batch: measured on SmolLM2-135M in float32 at micro-batch 1,
 the step rose 860 MB above resting memory for about 250 MB of live tensors (bench/rss_phases.py).
 
-`returned_heap()` fixes the threshold at 64 KB for the step, so each activation is its own
-mapping and goes back to the OS when freed, then puts the threshold at glibc's own ceiling and
-trims the heap. (glibc consults the threshold only when the heap has no free space that fits, so
-holes are still reused first.) Generation keeps the heap: its tensors are small and many, and a
-mapping per tensor made it slower (46 s against 40 s in one measurement).
+`returned_heap()` trims the heap and fixes the threshold at 64 KB for the step, so each
+activation is its own mapping and goes back to the OS when freed, then puts the threshold at
+glibc's own ceiling (fixed from then on: the dynamic one is off) and trims the heap again.
+glibc consults the threshold only when the heap has no free space that fits, so holes are still
+reused first. Generation keeps the heap: its tensors are small and many, and a mapping per
+tensor made it slower (46 s against 40 s in one measurement). The setting is process-wide:
+while one node steps, another node's generation on another thread maps its blocks too. A
+threshold the user set (MALLOC_MMAP_THRESHOLD_) is left alone.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import threading
 from contextlib import contextmanager
@@ -25,7 +29,8 @@ from functools import cache
 
 M_MMAP_THRESHOLD = -3  # mallopt parameter numbers, from glibc's malloc.h
 STEP_THRESHOLD = 64 * 1024
-CEILING = 32 * 1024 * 1024  # DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: where the dynamic one tops out
+# DEFAULT_MMAP_THRESHOLD_MAX, where glibc's dynamic threshold tops out: 32 MB on 64-bit
+CEILING = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 
 _lock = threading.Lock()
 _depth = 0  # steps inside returned_heap(): nodes of one process may step on several threads
@@ -33,8 +38,11 @@ _depth = 0  # steps inside returned_heap(): nodes of one process may step on sev
 
 @cache
 def glibc():
-    """The C library when it is glibc (mallopt, malloc_trim), else None (macOS, Windows, musl)."""
+    """The C library when it is glibc (mallopt, malloc_trim), else None (macOS, Windows, musl),
+    and None when the user set glibc's threshold themselves (MALLOC_MMAP_THRESHOLD_)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return None
     try:
         libc = ctypes.CDLL(None)

@@ -368,7 +368,7 @@ class MlxBackend:
             mx.random.seed(step_seed(self.seed, int(self.optimizer.state.get("step", 0))))
         self.model.train()
         grads, loss_sum, clip_sum = None, mx.array(0.0), mx.array(0.0)
-        size = cfg.micro_batch("mlx")
+        size = cfg.micro_batch(self.device)
         starts = range(0, len(work), size)
         for k, i in enumerate(starts):
             if progress is not None:  # may raise to abandon the step (a stop request)

@@ -261,8 +261,8 @@ class TorchBackend:
         return training_sequences(self.tok, samples, self.cfg)
 
     def _by_prompt(self, seqs: list) -> list[tuple[list[int], list[list]]]:
-        """Rows grouped by prompt, each group cut into micro-batches of at most micro_batch_size
-        rows: one forward pass each, all sharing the prompt's prefix."""
+        """Rows grouped by prompt, each group cut into micro-batches of at most
+        cfg.micro_batch(device) rows: one forward pass each, all sharing the prompt's prefix."""
         by_prompt: dict[tuple[int, ...], list] = {}
         for row in seqs:
             by_prompt.setdefault(tuple(row[0]), []).append(row)
