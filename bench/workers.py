@@ -109,14 +109,12 @@ def report(**values) -> None:
 def release_memory() -> None:
     """Hand freed heap back to the OS between rounds: the workers wait side by side, so an idle
     one should not hold its last round's peak (its own peak RSS is already recorded)."""
-    import ctypes
     import gc
 
+    from sapo_edge.backends.heap import trim
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
+    trim()  # glibc's malloc_trim; a no-op elsewhere
 
 
 # --------------------------------------------------------------------------------- sapo-edge
