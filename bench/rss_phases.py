@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument(
+        "--smoke", action="store_true", help="tiny shapes (CI): 2 questions x 2, 8 tokens"
+    )
+    ap.add_argument(
         "--trim", action="store_true", help="hand freed heap back to the OS after each phase"
     )
     ap.add_argument(
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
     model = resolve_model(args.model, progress=print)
     spec = Spec(model_dir=str(model.path), model_id=model.model_id, dtype=args.dtype)
+    if args.smoke:
+        spec.questions, spec.group_size, spec.max_new_tokens = 2, 2, 8
     cfg = spec.config(micro_batch_size=args.micro_batch)
     tasks = fixed_tasks(spec)
     prompts = [build_messages(t.question) for t in tasks]

@@ -4,6 +4,7 @@ The real runs take minutes to an hour on SmolLM2-135M; these check that the scri
 end and write what the docs quote. TRL is not installed in CI, so the benchmark runs --no-trl.
 """
 
+import ast
 import json
 import os
 import re
@@ -57,6 +58,24 @@ def test_benchmark_smoke_writes_the_tables(tiny_qwen, tmp_path):
     rows = [ln for ln in text.splitlines() if ln.startswith("| 2 | 8 |")]
     assert len(rows) == 2  # the smoke scaling table: 0 and 4 external groups
     assert rows[1].split("|")[3].strip() == "4"
+
+
+@pytest.mark.skipif(
+    not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's /proc/self/clear_refs"
+)
+def test_rss_phases_smoke_reports_each_phase_peak(tiny_qwen, tmp_path):
+    args = [str(ROOT / "bench/rss_phases.py"), "--model", str(tiny_qwen), "--smoke"]
+    out = _run([*args, "--rounds", "2", "--trim"], tmp_path).stdout
+    phases = re.findall(r"^round (\d) (generation|step|trimmed)[^:]*: (\{.*\})$", out, re.M)
+    assert [(r, p) for r, p, _ in phases] == [
+        (r, p) for r in "01" for p in ("generation", "trimmed", "step", "trimmed")
+    ], out
+    for _, _, mb in phases:
+        mb = ast.literal_eval(mb)  # {'VmHWM': 1234, 'VmRSS': 1200}
+        assert 50 < mb["VmRSS"] <= mb["VmHWM"] < 24_000
+    assert re.search(r"round 1 step [0-9.]+ s, \d+ rows, \d+ tokens", out)
+    merged = _run([*args, "--rounds", "1", "--merged", "--micro-batch", "2"], tmp_path).stdout
+    assert "round 0 step" in merged
 
 
 def test_sweep_smoke_runs_every_split_and_reports(tiny_qwen, tmp_path):
