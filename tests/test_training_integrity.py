@@ -400,13 +400,17 @@ class NullHub:
 # --- the loss against a full-sequence reference ------------------------------------------------
 
 
-@pytest.mark.parametrize(("micro_batch", "shared"), [(1, True), (2, True), (1, False)])
+@pytest.mark.parametrize(
+    ("micro_batch", "shared", "beta"),
+    [(1, True, 0.0), (2, True, 0.0), (1, False, 0.0), (1, True, 0.3)],
+)
 def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_tokens(
-    tiny_qwen, micro_batch, shared, monkeypatch
+    tiny_qwen, micro_batch, shared, beta, monkeypatch
 ):
     """One step's gradient against autograd through plain full-sequence forward passes: prefix
     sharing, micro-batches, temperature, the <|im_end|> end token and the token normaliser (which
-    counts the zero-advantage completion) all agree with the textbook DAPO loss. At micro-batch 1
+    counts the zero-advantage completion) all agree with the textbook DAPO loss, plus, at
+    beta > 0, the k3 KL to the model with its adapter off. At micro-batch 1
     the first prompt's two trained rows are two micro-batches on one shared prefix, whose
     gradient must go through the prefix exactly once. Unshared: a cache of other layer kinds
     (sliding windows, say) runs the prefix again for every micro-batch."""
@@ -423,8 +427,10 @@ def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_to
         max_grad_norm=0.0,
         temperature=0.7,
         max_new_tokens=32,
+        beta=beta,
     )
-    b = load_backend(tiny_qwen, cfg, f"grad_ref{micro_batch}{shared}", "cpu", kind="torch", **QUIET)
+    name = f"grad_ref{micro_batch}{shared}{beta}".replace(".", "_")
+    b = load_backend(tiny_qwen, cfg, name, "cpu", kind="torch", **QUIET)
     b.reset(5)
     msgs = [{"role": "user", "content": "Calculate 2 + 3."}]
     other = [{"role": "user", "content": "What is 12 times 4?"}]
@@ -456,9 +462,18 @@ def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_to
         p.grad = None
     loss = 0.0
     for prompt, comp, a in rows:
-        logits = b.model(input_ids=torch.tensor([prompt + comp])).logits[0].float() / 0.7
-        logp = torch.log_softmax(logits[len(prompt) - 1 : -1], -1)
-        loss = loss - a * logp.gather(-1, torch.tensor(comp)[:, None]).sum() / total
+        ids, targets = torch.tensor([prompt + comp]), torch.tensor(comp)[:, None]
+
+        def token_logps(ids=ids, targets=targets, start=len(prompt) - 1):
+            logits = b.model(input_ids=ids).logits[0].float() / 0.7
+            return torch.log_softmax(logits[start:-1], -1).gather(-1, targets).squeeze(-1)
+
+        logp = token_logps()
+        loss = loss - a * logp.sum() / total
+        if beta > 0:
+            with torch.no_grad(), b.model.disable_adapter():
+                ref = token_logps()
+            loss = loss + beta * (torch.exp(ref - logp) - (ref - logp) - 1).sum() / total
     loss.backward()
     b.model.eval()
     for g, p in zip(got, b.params, strict=True):

@@ -350,7 +350,11 @@ class TorchBackend:
             with torch.random.fork_rng(**{"devices": [], **fork}, enabled=cfg.lora_dropout > 0):
                 if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
                     torch.manual_seed(step_seed(self.seed, self._steps_taken()))
-                loss_sum, clipped = self._accumulate(work, total_tokens, progress)
+                # LoRA as one op per layer (lora_fused.py), where peft's own layer is not needed:
+                # its dropout, or its adapter switched off for the beta > 0 reference
+                fused = self.fuse_lora and cfg.lora_dropout == 0 and cfg.beta == 0
+                with merged_lora(self.model, self.adapter, fused, lean=True):
+                    loss_sum, clipped = self._accumulate(work, total_tokens, progress)
             grad_norm = 0.0
             if work:
                 if cfg.max_grad_norm > 0:

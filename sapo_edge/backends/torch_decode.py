@@ -2,11 +2,11 @@
 KV cache that grows in place, and sampling by inverse CDF.
 
 Each one does the same arithmetic as the slow path it replaces, to float rounding:
-- `merged_lora` swaps every LoRA-wrapped Linear for a plain Linear whose weight is
-  W + scale * B @ A, computed once per generate() call. The shared base weights are never
-  written: the peft modules go back in place afterwards, so the train step sees exactly the
-  unmerged adapter. Only in float32: in bfloat16 a small LoRA update would round away in W, so
-  there the swap is a lean unmerged layer doing peft's own arithmetic (A and B in float32).
+- `merged_lora` swaps every LoRA-wrapped Linear for a lean layer computing W x + s B (A x)
+  (lora_fused.py; A and B in float32 in a bfloat16 model), or, in float32 with `lean`
+  off, for a plain Linear whose weight is W + s B @ A, computed once per generate() call. The
+  shared base weights are never written: the peft modules go back in place afterwards. The
+  lean layers are differentiable in A and B, so the train step runs in them too.
 - `growing_cache` preallocates the KV cache for the whole call, where DynamicCache
   concatenates (copies) the cache of every layer at every step.
 - `sample` draws one token per row from the categorical distribution with one uniform per row
@@ -25,6 +25,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+from .lora_fused import lora_linear
 
 BLOCK = 256  # vocabulary entries per block of the two-level inverse CDF
 
@@ -163,18 +165,18 @@ class _MergedLinear(nn.Module):
 
 
 class _LeanLora(nn.Module):
-    """Half precision: W x + scale * B (A x) with the adapter's own float32 A and B, peft's
-    arithmetic without its per-call checks, dropout and adapter dispatch. Measured on a CPU with
-    native bf16: tiny bfloat16 matmuls ([rows, 576] x [576, 16]) cost more than the same in
-    float32 plus the casts (1.5x at 32 rows, 3-4x at 1-8 rows)."""
+    """W x + scale * B (A x) with the adapter's own A and B (float32 in a bfloat16 model), peft's
+    arithmetic without its per-call checks, dropout and adapter dispatch. Differentiable in A
+    and B: the train step runs it too, as one op where the dtypes agree (lora_fused.py). Measured
+    on a CPU with native bf16: tiny bfloat16 matmuls ([rows, 576] x [576, 16]) cost more than the
+    same in float32 plus the casts (1.5x at 32 rows, 3-4x at 1-8 rows)."""
 
     def __init__(self, base: nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float):
         super().__init__()
         self.base, self.a, self.b, self.scale = base, a, b, scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lora = F.linear(F.linear(x.to(self.a.dtype), self.a), self.b) * self.scale
-        return (self.base(x) + lora).to(x.dtype)
+        return lora_linear(x, self.base.weight, self.base.bias, self.a, self.b, self.scale)
 
 
 def _lora_linears(model: nn.Module, adapter: str):
@@ -193,7 +195,8 @@ def merged_lora(model: nn.Module, adapter: str, enabled: bool = True, lean: bool
     float32; in half precision, where W + delta would round a small LoRA update away, a lean
     W x + B (A x) with A and B in float32, as peft computes it (other adapters' layers are bypassed too:
     generate for one adapter at a time). `lean` runs float32 the lean way too: no merged copy
-    of the projections (about 425 MB for SmolLM2-135M), at some cost in tokens/s."""
+    of the projections (about 425 MB for SmolLM2-135M), at some cost in tokens/s. The lean
+    layers are differentiable in A and B: the train step runs its forward and backward in them."""
     if not enabled:
         yield
         return

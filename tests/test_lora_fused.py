@@ -1,0 +1,108 @@
+"""lora_fused.py: W x + bias + s B (A x) as one autograd op, against float64 gradcheck and
+against the plain ops peft runs; where the train step uses it and where it must not."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from sapo_edge.backends.base import Sample  # noqa: E402
+from sapo_edge.backends.lora_fused import LoraLinear, lora_linear  # noqa: E402
+from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
+from sapo_edge.config import Config  # noqa: E402
+
+
+def _inputs(dtype, *, bias: bool, shape=(3, 5), seed=0, n_in=7, n_out=6, r=2):
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*s, grad=False):
+        return torch.randn(*s, generator=gen, dtype=dtype).requires_grad_(grad)
+
+    x = rand(*shape, n_in, grad=True)
+    w = rand(n_out, n_in)
+    b = rand(n_out) if bias else None
+    return x, w, b, rand(r, n_in, grad=True), rand(n_out, r, grad=True)
+
+
+def _plain(x, w, b, a, lb, s):
+    """The reference: peft's arithmetic, op by op."""
+    return F.linear(x, w, b) + F.linear(F.linear(x, a), lb) * s
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(4,), (3, 5), (2, 3, 4)])
+def test_gradients_pass_float64_gradcheck(bias, shape):
+    x, w, b, a, lb = _inputs(torch.float64, bias=bias, shape=shape)
+    assert torch.autograd.gradcheck(
+        lambda x, a, lb: LoraLinear.apply(x, w, b, a, lb, 0.7), (x, a, lb)
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_forward_and_gradients_match_peft_arithmetic(seed):
+    """Random shapes, a random upstream gradient; float32 to rounding."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    n_in, n_out, r, t = (int(v) for v in torch.randint(1, 40, (4,), generator=gen))
+    bias, s = bool(seed % 2), float(torch.rand((), generator=gen)) * 4
+    got_in = _inputs(torch.float32, bias=bias, shape=(2, t), seed=seed, n_in=n_in, n_out=n_out, r=r)
+    ref_in = [
+        v.detach().clone().requires_grad_(v.requires_grad) if v is not None else None
+        for v in got_in
+    ]
+    got, ref = lora_linear(*got_in, s), _plain(*ref_in, s)
+
+    def close(a, b):  # float32 rounding, at the scale of the values (sums of up to 40 terms)
+        return (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-6
+
+    assert close(got, ref)
+    up = torch.randn(ref.shape, generator=gen)
+    got.backward(up)
+    ref.backward(up)
+    for g, want in ((got_in[0], ref_in[0]), (got_in[3], ref_in[3]), (got_in[4], ref_in[4])):
+        assert close(g.grad, want.grad)
+    assert got_in[1].grad is None  # the frozen base gets no gradient
+
+
+def test_mixed_dtypes_and_a_trainable_base_take_peft_arithmetic():
+    x, w, b, a, lb = _inputs(torch.float32, bias=True)
+    xb = x.detach().to(torch.bfloat16).requires_grad_()
+    out = lora_linear(xb, w.to(torch.bfloat16), b.to(torch.bfloat16), a, lb, 2.0)
+    assert out.dtype == torch.bfloat16  # the LoRA term in float32, the sum cast back
+    out.float().sum().backward()
+    assert a.grad is not None and a.grad.dtype == torch.float32
+    w.requires_grad_(True)  # a trainable base: its gradient must not be dropped
+    lora_linear(x, w, b, a, lb, 2.0).sum().backward()
+    assert w.grad is not None and w.grad.abs().sum() > 0
+
+
+def test_under_inference_mode_it_makes_no_graph():
+    x, w, b, a, lb = _inputs(torch.float32, bias=True)
+    with torch.inference_mode():
+        out = lora_linear(x, w, b, a, lb, 2.0)
+    assert not out.requires_grad
+    assert torch.allclose(out, _plain(x, w, b, a, lb, 2.0).detach(), atol=1e-5)
+
+
+MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
+
+
+def test_the_step_keeps_peft_dropout_where_it_is_on(tiny_qwen):
+    """The fused layer has no dropout: with lora_dropout on, the step must run peft's layers
+    (same seed, same samples: dropout 0.5 and dropout 0 give different updates)."""
+    after = {}
+    for drop in (0.0, 0.5):
+        cfg = Config(model=str(tiny_qwen), lora_r=4, learning_rate=1e-2, lora_dropout=drop)
+        name = f"fused_drop{drop}".replace(".", "_")
+        b = TorchBackend(tiny_qwen, cfg, adapter=name, device="cpu", log=lambda m: None)
+        b.reset(4)
+        samples = [
+            Sample(MSGS, b.encode_completion(t, finished=True, max_new_tokens=16), adv)
+            for t, adv in (("<answer>5</answer>", 1.0), ("it is 7", -1.0))
+        ]
+        b.train_step(samples)
+        after[drop] = torch.cat([p.detach().flatten() for p in b.params])
+        b.close()
+    assert after[0.0].abs().sum() > 0
+    assert not torch.allclose(after[0.0], after[0.5])
