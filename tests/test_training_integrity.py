@@ -463,8 +463,9 @@ def test_torch_gradient_matches_a_full_sequence_reference_with_zero_advantage_to
     loss = 0.0
     for prompt, comp, a in rows:
         ids, targets = torch.tensor([prompt + comp]), torch.tensor(comp)[:, None]
+        start = len(prompt) - 1
 
-        def token_logps(ids=ids, targets=targets, start=len(prompt) - 1):
+        def token_logps(ids=ids, targets=targets, start=start):
             logits = b.model(input_ids=ids).logits[0].float() / 0.7
             return torch.log_softmax(logits[start:-1], -1).gather(-1, targets).squeeze(-1)
 
