@@ -1,5 +1,6 @@
 """lora_fused.py: W x + bias + s B (A x) as one autograd op, against float64 gradcheck and
-against the plain ops peft runs; where the train step uses it and where it must not."""
+against the plain ops peft's LoRA Linear runs (`_plain`); that the train step runs it, and not
+where peft's own layer is needed."""
 
 from __future__ import annotations
 
@@ -62,7 +63,19 @@ def test_forward_and_gradients_match_peft_arithmetic(seed):
     ref.backward(up)
     for g, want in ((got_in[0], ref_in[0]), (got_in[3], ref_in[3]), (got_in[4], ref_in[4])):
         assert close(g.grad, want.grad)
-    assert got_in[1].grad is None  # the frozen base gets no gradient
+
+
+def test_its_output_can_be_changed_in_place_as_modeling_code_does():
+    """OLMo clamps q/k/v projections in place (clip_qkv): the output must be a plain tensor,
+    not a view made inside the Function (autograd forbids in-place ops on those)."""
+    x, w, b, a, lb = _inputs(torch.float32, bias=True, shape=(2, 3))
+    ref_in = [v.detach().clone().requires_grad_(v.requires_grad) for v in (x, w, b, a, lb)]
+    out = lora_linear(x, w, b, a, lb, 2.0)
+    assert out.grad_fn.name() == "LoraLinearBackward"
+    out.clamp_(-1.0, 1.0).mul_(3.0).sum().backward()
+    _plain(*ref_in, 2.0).clamp(-1.0, 1.0).mul(3.0).sum().backward()
+    for got, want in zip((x, a, lb), (ref_in[0], ref_in[3], ref_in[4]), strict=True):
+        assert torch.allclose(got.grad, want.grad, atol=1e-5)
 
 
 def test_mixed_dtypes_and_a_trainable_base_take_peft_arithmetic():
@@ -88,10 +101,14 @@ def test_under_inference_mode_it_makes_no_graph():
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
 
 
-def test_the_step_keeps_peft_dropout_where_it_is_on(tiny_qwen):
-    """The fused layer has no dropout: with lora_dropout on, the step must run peft's layers
-    (same seed, same samples: dropout 0.5 and dropout 0 give different updates)."""
-    after = {}
+def test_the_step_runs_fused_layers_and_keeps_peft_dropout_where_it_is_on(tiny_qwen, monkeypatch):
+    """Every LoRA layer runs as one op in a plain step (forward and backward); the fused layer
+    has no dropout, so with lora_dropout on the step must run peft's layers (same seed, same
+    samples: dropout 0.5 and dropout 0 give different updates). peft's layers are back after."""
+    calls = []
+    apply = LoraLinear.apply
+    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
+    after, fused = {}, {}
     for drop in (0.0, 0.5):
         cfg = Config(model=str(tiny_qwen), lora_r=4, learning_rate=1e-2, lora_dropout=drop)
         name = f"fused_drop{drop}".replace(".", "_")
@@ -101,8 +118,38 @@ def test_the_step_keeps_peft_dropout_where_it_is_on(tiny_qwen):
             Sample(MSGS, b.encode_completion(t, finished=True, max_new_tokens=16), adv)
             for t, adv in (("<answer>5</answer>", 1.0), ("it is 7", -1.0))
         ]
+        calls.clear()
         b.train_step(samples)
+        fused[drop] = len(calls)
+        peft_layers = [n for n, m in b.model.named_modules() if type(m).__name__ == "_LeanLora"]
+        assert peft_layers == []  # the swap is undone
         after[drop] = torch.cat([p.detach().flatten() for p in b.params])
         b.close()
+    targets = len(Config().lora_targets)
+    # 2 rows, each its prompt's prefix and its completion: 2 layers x 7 projections per pass
+    assert fused[0.0] >= 2 * targets * 2 and fused[0.5] == 0
     assert after[0.0].abs().sum() > 0
     assert not torch.allclose(after[0.0], after[0.5])
+
+
+@pytest.mark.parametrize(
+    ("extra", "swapped"),
+    [({}, 1), ({"use_dora": True}, 0), ({"lora_bias": True}, 0)],
+)
+def test_only_plain_lora_layers_are_swapped(extra, swapped):
+    """DoRA or a LoRA bias keep peft's own forward (the lean layer computes plain
+    W x + s B (A x) only)."""
+    from peft import LoraConfig, get_peft_model
+
+    from sapo_edge.backends.torch_decode import _lora_linears
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 5)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    model = get_peft_model(Net(), LoraConfig(r=2, target_modules=["lin"], **extra))
+    assert len(list(_lora_linears(model, "default"))) == swapped

@@ -21,11 +21,18 @@ class LoraLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, a, b, scale: float):  # noqa: PLR0913
         x2 = x.reshape(-1, x.shape[-1])
         h = torch.mm(x2, a.t()).mul_(scale)  # [tokens, r]: s (A x)
-        y = torch.addmm(bias, x2, weight.t()) if bias is not None else torch.mm(x2, weight.t())
+        # the output in its own shape, written through a 2-D view: a view returned from a
+        # Function could not be changed in place later (OLMo clamps q/k/v in place)
+        out = x.new_empty(*x.shape[:-1], weight.shape[0])
+        y = out.view(-1, weight.shape[0])
+        if bias is not None:
+            torch.addmm(bias, x2, weight.t(), out=y)
+        else:
+            torch.mm(x2, weight.t(), out=y)
         y.addmm_(h, b.t())
         ctx.save_for_backward(x2, h, weight, a, b)
         ctx.scale, ctx.x_shape = scale, x.shape
-        return y.view(*x.shape[:-1], weight.shape[0])
+        return out
 
     @staticmethod
     def backward(ctx, grad):
@@ -33,6 +40,8 @@ class LoraLinear(torch.autograd.Function):
         g = grad.reshape(-1, grad.shape[-1])
         need_x, _, _, need_a, need_b, _ = ctx.needs_input_grad
         gb = torch.mm(g.t(), h) if need_b else None  # dL/dB = g^T s (A x)
+        if not (need_x or need_a):
+            return None, None, None, None, gb, None
         gh = torch.mm(g, b).mul_(ctx.scale)  # dL/d(A x) = s g B
         ga = torch.mm(gh.t(), x2) if need_a else None
         gx = torch.mm(g, weight).addmm_(gh, a).view(ctx.x_shape) if need_x else None

@@ -137,7 +137,8 @@ class TorchBackend:
             p.requires_grad_(True)
         self.optimizer = self._new_optimizer()
         self.seed = 0  # the dropout stream's seed; reset() sets it
-        self.fuse_lora = True  # LoRA swapped for torch_decode's fast layers while sampling
+        # LoRA swapped for torch_decode's fast layers while sampling and in the train step
+        self.fuse_lora = True
         # float32 lean too: a merged copy of the projections (425 MB for a 135M model, ~1.4 GB
         # for Qwen2.5-0.5B) would buy ~10% tokens/s; False merges (bench/rss_phases.py --merged)
         self.lean_lora = True

@@ -180,11 +180,15 @@ class _LeanLora(nn.Module):
 
 
 def _lora_linears(model: nn.Module, adapter: str):
-    """(parent, attribute name, peft layer) of every LoRA-wrapped nn.Linear carrying `adapter`."""
+    """(parent, attribute name, peft layer) of every plain LoRA-wrapped nn.Linear carrying
+    `adapter`: a layer with a LoRA variant (DoRA...) or a LoRA bias keeps peft's own forward."""
     for name, module in model.named_modules():
         lora_a = getattr(module, "lora_A", None)
         base = getattr(module, "base_layer", None)
-        if lora_a is not None and adapter in lora_a and type(base) is nn.Linear:
+        if lora_a is None or adapter not in lora_a or type(base) is not nn.Linear:
+            continue
+        variants = ("lora_variant", "use_dora", "lora_bias")
+        if not any(getattr(module, attr, {}).get(adapter) for attr in variants):
             parent_name, _, attr = name.rpartition(".")
             yield model.get_submodule(parent_name), attr, module
 
