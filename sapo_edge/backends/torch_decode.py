@@ -179,6 +179,9 @@ class _LeanLora(nn.Module):
         return lora_linear(x, self.base.weight, self.base.bias, self.a, self.b, self.scale)
 
 
+_LORA_VARIANTS = ("lora_variant", "use_dora", "lora_bias")  # peft's per-adapter dicts
+
+
 def _lora_linears(model: nn.Module, adapter: str):
     """(parent, attribute name, peft layer) of every plain LoRA-wrapped nn.Linear carrying
     `adapter`: a layer with a LoRA variant (DoRA...) or a LoRA bias keeps peft's own forward."""
@@ -187,8 +190,7 @@ def _lora_linears(model: nn.Module, adapter: str):
         base = getattr(module, "base_layer", None)
         if lora_a is None or adapter not in lora_a or type(base) is not nn.Linear:
             continue
-        variants = ("lora_variant", "use_dora", "lora_bias")
-        if not any(getattr(module, attr, {}).get(adapter) for attr in variants):
+        if not any(getattr(module, attr, {}).get(adapter) for attr in _LORA_VARIANTS):
             parent_name, _, attr = name.rpartition(".")
             yield model.get_submodule(parent_name), attr, module
 
