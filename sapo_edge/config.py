@@ -137,6 +137,13 @@ class Config:
         "prompt once for all its micro-batches, so small ones cost it little), 4 on a GPU.",
     )
 
+    threads: int = _f(
+        0,
+        "CPU threads for torch's math. 0 = adaptive: the cores this process may use less what "
+        "other programs use on them, re-checked every second (a busy core stalls every thread "
+        "that waits for it); N pins N threads, as OMP_NUM_THREADS does.",
+    )
+
     # --- LoRA (peft on torch, mlx-lm tuner on MLX) -------------------------------------
     lora_r: int = _f(16, "LoRA rank.")
     lora_alpha: float = _f(32.0, "LoRA alpha (scale = alpha / r).")
@@ -323,6 +330,7 @@ class Config:
             "max_grad_norm must be 0 (off) or more.",
         )
         need(self.micro_batch_size >= 0, "micro_batch_size must be 0 (auto) or more.")
+        need(self.threads >= 0, "threads must be 0 (adaptive) or more, e.g. --threads 2.")
         need(self.lora_r >= 1, f"lora_r is {self.lora_r}: use 1 or more (16 is typical).")
         need(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha must be positive.")
         need(

@@ -28,6 +28,7 @@ from transformers.utils import logging as hf_logging
 from ..config import Config
 from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
 from .cpu_dtype import choose_cpu_dtype
+from .cpu_threads import cpu_threads, set_threads
 from .heap import returned_heap
 from .lora_init import lora_a_init, step_seed
 from .shared_prefix import SharedPrefix
@@ -145,6 +146,8 @@ class TorchBackend:
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
+        self.threads = cpu_threads(cfg.threads, log) if device == "cpu" else None
+        self.log = log
 
     # ----------------------------------------------------------------------------- helpers
     def _new_optimizer(self) -> torch.optim.Optimizer:
@@ -169,8 +172,10 @@ class TorchBackend:
 
     def configure(self, cfg: Config) -> None:
         """New run-time settings from the next call (learning rate, clipping, beta, temperature,
-        micro-batch size, prompt length); LoRA shape, dtype and model need a restart."""
+        micro-batch size, prompt length, threads); LoRA shape, dtype and model need a restart."""
         check_load_time_settings(self.cfg, cfg)
+        if cfg.threads != self.cfg.threads and self.device == "cpu":
+            self.threads = cpu_threads(cfg.threads, lambda _m: None, fresh=True)
         self.cfg = cfg
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate
@@ -185,6 +190,11 @@ class TorchBackend:
             self.model.set_adapter(self.adapter)
         for p in self.params:  # set_adapter freezes the other adapters; keep ours trainable
             p.requires_grad_(True)
+
+    def _pace(self) -> None:
+        """Fit torch's threads to the cores other programs leave free (threads.py)."""
+        if self.threads is not None and set_threads(self.threads.update()):
+            self.log(f"cpu threads: {self.threads.describe()}")
 
     def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         return prompt_ids(self.tok, messages, self.cfg.max_prompt_tokens)
@@ -240,6 +250,7 @@ class TorchBackend:
                 out[r].append(t)
             if progress is not None:  # may raise to abandon the call (a stop request)
                 progress(step, sum(map(len, out)))
+            self._pace()
             if done.all():
                 break
             if done.any():  # finished completions leave the batch and the cache
@@ -390,6 +401,7 @@ class TorchBackend:
             for mb in batches:
                 if progress is not None:  # may raise to abandon the step (a stop request)
                     progress(k, count)
+                self._pace()
                 k += 1
                 comps = [c for _, c, _ in mb]
                 logp, mask = self._completion_logps(prefix, prompt[-1], comps)

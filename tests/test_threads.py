@@ -1,0 +1,120 @@
+"""The adaptive CPU thread policy (sapo_edge/threads.py) on a fake clock and a fake load."""
+
+from __future__ import annotations
+
+import pytest
+
+from sapo_edge.threads import LoadSample, ThreadPolicy, pinned_threads
+
+
+class FakeMachine:
+    """`cores` cores; this process and the others each keep some of them busy over time."""
+
+    def __init__(self, cores: int) -> None:
+        self.cores, self.t, self.busy, self.own = cores, 0.0, 0.0, 0.0
+
+    def run(self, seconds: float, *, mine: float, others: float) -> None:
+        """`mine` and `others` in cores (busy time per second), for `seconds`."""
+        self.t += seconds
+        self.own += mine * seconds
+        self.busy += min(mine + others, self.cores) * seconds
+
+    def __call__(self) -> LoadSample:
+        return LoadSample(self.t, self.busy, self.own)
+
+
+def test_a_quiet_machine_keeps_every_core() -> None:
+    m = FakeMachine(2)
+    policy = ThreadPolicy(2, m)
+    for _ in range(20):
+        m.run(0.5, mine=2.0, others=0.05)
+        assert policy.update() == 2
+
+
+def test_one_busy_program_on_two_cores_leaves_one_thread_and_its_end_gives_the_core_back() -> None:
+    m = FakeMachine(2)
+    policy = ThreadPolicy(2, m)
+    m.run(1.0, mine=1.0, others=1.0)  # our threads spin on what they get; the loop holds a core
+    assert policy.update() == 1
+    assert policy.others == pytest.approx(1.0)
+    for _ in range(5):
+        m.run(1.0, mine=1.0, others=1.0)
+        assert policy.update() == 1
+    m.run(1.0, mine=1.0, others=0.0)  # the busy program ended
+    assert policy.update() == 2
+
+
+def test_it_samples_at_most_once_a_window_so_a_step_of_a_few_ms_costs_nothing() -> None:
+    m = FakeMachine(2)
+    policy = ThreadPolicy(2, m, min_interval=1.0)
+    m.run(0.4, mine=1.0, others=1.0)
+    assert policy.update() == 2  # 0.4 s is too short a window to judge
+    m.run(0.7, mine=1.0, others=1.0)
+    assert policy.update() == 1  # the 1.1 s window since the first sample
+
+
+def test_a_flickering_light_load_does_not_flip_the_count() -> None:
+    m = FakeMachine(2)
+    policy = ThreadPolicy(2, m)
+    seen = set()
+    for load in [0.25, 0.3, 0.22, 0.28, 0.3, 0.25] * 3:  # a browser tab, around a quarter core
+        m.run(1.0, mine=1.8, others=load)
+        seen.add(policy.update())
+    assert seen == {2}
+    m.run(1.0, mine=1.0, others=0.6)
+    assert policy.update() == 1
+    seen = set()
+    for load in [0.25, 0.3, 0.22, 0.28]:  # back to light, but inside the band: stay at 1
+        m.run(1.0, mine=1.0, others=load)
+        seen.add(policy.update())
+    assert seen == {1}
+    m.run(1.0, mine=1.0, others=0.1)
+    assert policy.update() == 2
+
+
+@pytest.mark.parametrize(
+    "cores, others, threads",
+    [(8, 0.0, 8), (8, 3.0, 5), (8, 7.5, 1), (8, 12.0, 1), (4, 1.0, 3), (4, 1.5, 2), (1, 1.0, 1)],
+)
+def test_the_count_is_the_cores_the_others_leave_whole(cores, others, threads) -> None:
+    m = FakeMachine(cores)
+    policy = ThreadPolicy(cores, m)
+    m.run(2.0, mine=max(cores - others, 0.5), others=others)
+    assert policy.update() == threads
+
+
+def test_its_own_cpu_time_is_not_counted_as_others_load() -> None:
+    m = FakeMachine(4)
+    policy = ThreadPolicy(4, m)
+    for _ in range(5):
+        m.run(1.0, mine=4.0, others=0.0)  # all four cores busy, all of it ours
+        assert policy.update() == 4
+
+
+def test_a_pinned_count_never_samples_or_changes() -> None:
+    def boom() -> LoadSample:
+        raise AssertionError("a pinned policy sampled the load")
+
+    policy = ThreadPolicy(2, boom, pinned=3)
+    assert policy.update() == 3 and not policy.adaptive
+    assert "pinned" in policy.describe()
+
+
+def test_the_persons_choice_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert pinned_threads(0) is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert pinned_threads(0) == 1
+    assert pinned_threads(3) == 3  # --threads over the environment
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert pinned_threads(0) is None
+
+
+def test_the_real_meter_reads_this_process_and_the_cores() -> None:
+    from sapo_edge.threads import LoadMeter
+
+    meter = LoadMeter()
+    a = meter()
+    sum(i * i for i in range(200_000))  # some CPU time of our own
+    b = meter()
+    assert b.at >= a.at and b.own > a.own and b.busy >= a.busy
