@@ -133,8 +133,9 @@ each laptop LoRA-trains its own model on reasoning tasks and shares its rollouts
 
 Bare `sapo-edge` (or with only run flags) opens the dashboard and trains this laptop as one node
 of the swarm on the LAN. With no --model, --preset or --config it picks what fits this
-machine: Qwen2.5-0.5B-Instruct at the paper's settings when its estimated training memory fits
-in 80% of the RAM (or GPU memory), otherwise smollm2-135m on one-digit addition.
+machine in memory and in time: the first of Qwen2.5-0.5B-Instruct at the paper's settings, then
+lighter Qwen work, then smollm2-135m on one-digit addition, whose round is estimated within
+--round-target seconds (60) here and whose model is cached or can be downloaded.
 """
 
 EPILOG = """\
@@ -296,16 +297,34 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
-    """Bare `sapo-edge` (no --model, --preset, --config or config.toml): what fits here."""
+    """Bare `sapo-edge` (no --model, --preset, --config or config.toml): what fits here, in
+    memory and in time (pace.py)."""
     if args.model or args.preset or args.config or user_config_file():
         return {}
-    from .backends import accelerator_memory, select_backend
-    from .fit import first_run_choice, system_memory
+    choice = choose_by_time(args.backend or "auto", args.dtype or "auto", args.round_target)
+    print(
+        f"choosing for this machine: {choice.why}; --model or --preset choose another.",
+        file=sys.stderr,
+    )
+    return choice.candidate.settings
 
-    _kind, device = select_backend(args.backend or "auto", log=lambda _msg: None)
-    settings, why = first_run_choice(accelerator_memory(device) or system_memory(), device)
-    print(f"choosing for this machine: {why}; --model or --preset choose another.", file=sys.stderr)
-    return settings
+
+def choose_by_time(backend: str, dtype: str, target: float | None = None):
+    """pace.choose for this machine: its memory, and on a CPU its measured speed (a ~1 s probe,
+    cached) and what its earlier rounds took."""
+    from .backends import accelerator_memory, select_backend
+    from .fit import system_memory
+    from .models import available
+    from .pace import ROUND_TARGET, choose
+
+    kind, device = select_backend(backend, log=lambda _msg: None)
+    rates = cache = None
+    if kind == "torch" and device == "cpu":
+        from .backends.rates import cpu_pace
+
+        rates, cache, _dtype = cpu_pace(dtype, log=lambda _msg: None)
+    mem = accelerator_memory(device) or system_memory()
+    return choose(mem, device, rates, cache, target=target or ROUND_TARGET, available=available)
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -144,6 +144,12 @@ class Config:
         "that waits for it); N pins N threads, as OMP_NUM_THREADS does.",
     )
 
+    round_target: float = _f(
+        60.0,
+        "Seconds a round should take on this laptop: with no --model or --preset, sapo-edge "
+        "estimates each candidate setting's round here and picks the first (Qwen first) within it.",
+    )
+
     # --- LoRA (peft on torch, mlx-lm tuner on MLX) -------------------------------------
     lora_r: int = _f(16, "LoRA rank.")
     lora_alpha: float = _f(32.0, "LoRA alpha (scale = alpha / r).")
@@ -330,6 +336,10 @@ class Config:
             "max_grad_norm must be 0 (off) or more.",
         )
         need(self.micro_batch_size >= 0, "micro_batch_size must be 0 (auto) or more.")
+        need(
+            _finite(self.round_target) and self.round_target > 0,
+            "round_target must be a number of seconds above 0, e.g. --round-target 120.",
+        )
         need(self.threads >= 0, "threads must be 0 (adaptive) or more, e.g. --threads 2.")
         need(self.lora_r >= 1, f"lora_r is {self.lora_r}: use 1 or more (16 is typical).")
         need(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha must be positive.")

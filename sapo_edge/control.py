@@ -106,6 +106,10 @@ class RunControl:
             self.on_park(parked)
 
 
+# Rounds of a session whose seconds teach pace.py this machine's speed (the first ones, while
+# the estimate matters; later ones would only rewrite the file)
+LEARN_ROUNDS = 3
+
 # Settings the transport owns: applied by transport.reconfigure(), never by editing the config.
 NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen", "solo"})
 
@@ -160,11 +164,15 @@ def run_rounds(
                 outcome = "stopped"
                 break
             try:
-                node.run_round()
+                report = node.run_round()
             except RoundStopped as e:
                 log(f"{e}; saving")
                 outcome = "stopped"
                 break
+            if node.round - control.start_round <= LEARN_ROUNDS:
+                learn = getattr(node.backend, "learn_pace", None)  # torch on the CPU only
+                if learn is not None:
+                    learn(node.cfg, node.model_id, report)
         save_newest(node, log)
     except BaseException:
         control.outcome = "failed"

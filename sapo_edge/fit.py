@@ -1,5 +1,5 @@
-"""Will it fit? A memory estimate for training a model here, this machine's memory, and the
-choice bare `sapo-edge` makes (Qwen2.5-0.5B-Instruct where it fits, else SmolLM2-135M).
+"""Will it fit? A memory estimate for training a model here and this machine's memory (pace.py
+adds time to choose bare `sapo-edge`'s settings).
 
 The estimate is deliberately on the high side (35-55% above the peak RSS measured for
 SmolLM2-135M at the defaults and for the 3-node demo): it warns before loading, it is no promise.
@@ -120,24 +120,6 @@ def largest_fitting(mem: Memory, device: str = "cpu") -> str | None:
     cfg = Config()
     fits = [m for m, s in KNOWN.items() if estimate_bytes(s, cfg, device) <= mem.total]
     return max(fits, key=lambda m: KNOWN[m].params, default=None)
-
-
-def first_run_choice(mem: Memory, device: str = "cpu") -> tuple[dict, str]:
-    """Settings for bare `sapo-edge` (no --model, --preset or --config) and why.
-
-    Qwen2.5-0.5B-Instruct at the paper's settings when their estimate fits in 80% of the memory
-    (leaving room for the OS and the dashboard); otherwise SmolLM2-135M on one-digit addition
-    (the `addition` preset), where rewards move within the first rounds on a small laptop."""
-    need = estimate_bytes(KNOWN[DEFAULT_MODEL], Config(), device)
-    if need <= 0.8 * mem.total:
-        return {}, (
-            f"{DEFAULT_MODEL} at the paper's settings (needs ~{need / GB:.1f} GB of "
-            f"{mem.total / GB:.1f} GB {mem.where})"
-        )
-    return {"preset": "addition", "model": SMALL_MODEL}, (
-        f"{SMALL_MODEL} on one-digit addition (--preset addition): {DEFAULT_MODEL} needs "
-        f"~{need / GB:.1f} GB and this machine has {mem.total / GB:.1f} GB {mem.where}"
-    )
 
 
 def check_memory(

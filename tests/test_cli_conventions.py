@@ -196,29 +196,6 @@ def test_no_network_says_so_and_not_hf_hub_offline(monkeypatch: pytest.MonkeyPat
     assert "sapo-edge models --get smollm2-135m" in msg
 
 
-def test_bare_sapo_edge_picks_what_fits_the_memory() -> None:
-    big = fit.Memory(32e9, 30e9, "RAM")
-    small = fit.Memory(6e9, 4e9, "RAM")
-    assert fit.first_run_choice(big)[0] == {}  # the default model: Qwen2.5-0.5B-Instruct
-    settings, why = fit.first_run_choice(small)
-    assert settings == {"preset": "addition", "model": "smollm2-135m"} and "6.0 GB" in why
-    cfg = Config.load("", settings)
-    assert cfg.model == "smollm2-135m" and cfg.lenient and list(cfg.domains) == ["basic_arithmetic"]
-
-
-def test_bare_run_announces_its_choice(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from sapo_edge import cli
-
-    monkeypatch.setattr(fit, "system_memory", lambda: fit.Memory(6e9, 4e9, "RAM"))
-    args = build_parser().parse_args(["run"])
-    assert cli._first_run_choice(args) == {"preset": "addition", "model": "smollm2-135m"}
-    assert "choosing for this machine: smollm2-135m" in capsys.readouterr().err
-    args = build_parser().parse_args(["run", "--model", "x/y"])
-    assert cli._first_run_choice(args) == {}  # the user chose
-
-
 def test_too_little_memory_is_refused_before_loading(
     tiny_qwen: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -83,8 +85,18 @@ def test_hf_id_offline_and_not_cached_names_the_fixes(empty_hf_cache: Path) -> N
         resolve_model("Qwen/Qwen2.5-0.5B-Instruct", progress=no_progress)  # no download attempted
     msg = str(e.value)
     assert "'Qwen/Qwen2.5-0.5B-Instruct' cannot be loaded" in msg and "HF_HUB_OFFLINE" in msg
-    assert "--model smollm2-135m" in msg and "local directory or .gguf file" in msg
+    assert "local directory or .gguf file" in msg
     assert not empty_hf_cache.exists() or not any(empty_hf_cache.iterdir())
+    # every command it advises works as typed: the CLI's own parser takes it, and the run it
+    # advises offline trains the offline model on its own task (not Qwen, not the 9 domains)
+    commands = re.findall(r"`(sapo-edge [^`]+)`", msg)
+    assert len(commands) == 2
+    from sapo_edge import cli
+
+    for command in commands:
+        args = cli.build_parser().parse_args(shlex.split(command)[1:])
+    cfg = cli.config_from_args(args)
+    assert cfg.model == "smollm2-135m" and set(cfg.domains) == {"basic_arithmetic"}
 
 
 def test_hf_id_in_the_local_cache_resolves_offline(empty_hf_cache: Path, tiny_qwen: Path) -> None:

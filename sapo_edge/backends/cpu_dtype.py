@@ -79,7 +79,7 @@ def gemm_speedup(seconds: float = 1.0) -> float:
         return rate(torch.bfloat16) / rate(torch.float32)
 
 
-def _machine_key() -> str:
+def machine_key() -> str:
     return f"{cpu_model()} | {os.cpu_count()} cores | torch {torch.__version__}"
 
 
@@ -99,7 +99,7 @@ def choose_cpu_dtype(
     if not native():
         return torch.float32
     cache = cache if cache is not None else paths.cache_dir() / PROBE_FILE
-    key = _machine_key()
+    key = machine_key()
     speedup = None
     try:
         saved = json.loads(cache.read_text())

@@ -191,6 +191,15 @@ class TorchBackend:
         for p in self.params:  # set_adapter freezes the other adapters; keep ours trainable
             p.requires_grad_(True)
 
+    def learn_pace(self, cfg: Config, model_id: str, report) -> None:
+        """After a round on the CPU: keep what it took against pace.py's estimate, so the next
+        choice of defaults on this machine estimates from it."""
+        if self.device == "cpu":
+            from ..pace import PaceCache, learn_from_round
+            from .cpu_dtype import machine_key
+
+            learn_from_round(cfg, model_id, report, PaceCache.load(machine_key()), self.dtype)
+
     def _pace(self) -> None:
         """Fit torch's threads to the cores other programs leave free (threads.py)."""
         if self.threads is not None and set_threads(self.threads.update()):

@@ -1,0 +1,46 @@
+"""This machine's speed for `pace.py`'s round estimates: a GEMM at a Qwen2.5-0.5B MLP's shape
+and the memory bandwidth of a large reduction, in the dtype training will use (~1 s, cached per
+machine in pace.json beside the dtype probe's answer)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from ..pace import PaceCache, Rates
+from .cpu_dtype import choose_cpu_dtype, machine_key
+
+
+def measure_rates(dtype: torch.dtype, seconds: float = 1.0) -> Rates:
+    """GEMM FLOP/s at (256 x 896) @ (896 x 4864), a training micro-batch's rows through an MLP
+    projection, and bytes/s summing a 256 MB tensor (what a decode step does with the weights)."""
+    with torch.no_grad():
+        x, w = torch.randn(256, 896, dtype=dtype), torch.randn(4864, 896, dtype=dtype)
+        torch.nn.functional.linear(x, w)
+        flops, t0 = 0.0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 2:
+            torch.nn.functional.linear(x, w)
+            flops += 2.0 * 256 * 896 * 4864
+        gemm = flops / (time.perf_counter() - t0)
+        big = torch.ones(64 << 20, dtype=torch.float32)  # 256 MB: far past any cache
+        big.sum()
+        read, t0 = 0.0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 2:
+            big.sum()
+            read += big.numel() * 4
+        bandwidth = read / (time.perf_counter() - t0)
+    return Rates(gemm, bandwidth, torch.tensor([], dtype=dtype).element_size())
+
+
+def cpu_pace(dtype_setting: str, log: Callable[[str], None]) -> tuple[Rates, PaceCache, str]:
+    """(rates, the machine's pace cache, dtype name) for training on this CPU."""
+    if dtype_setting in ("float32", "bfloat16", "float16"):
+        dtype = getattr(torch, dtype_setting)
+    else:
+        dtype = choose_cpu_dtype(log=log)
+    name = str(dtype).removeprefix("torch.")
+    cache = PaceCache.load(machine_key())
+    rates = cache.rates_for(name, lambda: measure_rates(dtype))
+    return rates, cache, name

@@ -1,0 +1,304 @@
+"""Defaults chosen by time: how long a round of given settings takes on this machine, and the
+first candidate (Qwen before SmolLM2) that fits memory and a round-time target.
+
+The estimate counts a round's work and divides by this machine's measured speed:
+- generation: every decode step reads all weights once and multiplies them with the live rows,
+  so a step costs max(weight bytes / memory bandwidth, rows x FLOPs per row / GEMM rate), for
+  about `COMPLETION_SHARE` of max_new_tokens steps, plus the prompts' prefill;
+- the train step: forward and backward to the inputs (the base is frozen) over I+J groups,
+  each prompt once and every completion, at the GEMM rate.
+The rates come from a short probe at the model's own shapes (`backends.machine_rates`, cached
+per machine). Known overheads (attention, norms, sampling, Python) make a phase ~1.7-1.9x its
+GEMM floor (docs/benchmarks.md), hence `OVERHEAD`. Then the truth corrects it: after a real
+round the measured/estimated ratio for that model is kept per machine (`learn`), so the second
+start of `sapo-edge` on a laptop estimates from what that laptop did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from .config import Config
+from .fit import DEFAULT_MODEL, GB, KNOWN, SMALL_MODEL, Memory, Shape, estimate_bytes
+
+PACE_FILE = "pace.json"
+ROUND_TARGET = 60.0  # seconds: a class sees a round about every minute
+OVERHEAD = 1.8  # a phase's time over its GEMM floor, before any round was measured here
+COMPLETION_SHARE = 0.75  # mean completion length over max_new_tokens (early stops)
+PROMPT_TOKENS = 120  # a reasoning-gym prompt in the chat template, on average
+QWEN = DEFAULT_MODEL
+# the model ids nodes report, for the aliases KNOWN is keyed by
+MODEL_IDS = {"HuggingFaceTB/SmolLM2-135M-Instruct": SMALL_MODEL}
+
+
+@dataclass(frozen=True)
+class Rates:
+    """This machine's measured speed in the dtype training will use."""
+
+    gemm: float  # FLOP/s of a training-sized GEMM
+    bandwidth: float  # bytes/s read from memory by a large reduction
+    bytes_per_param: int  # 4 float32, 2 bfloat16/float16
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str  # said to the user
+    settings: dict[str, Any]  # CLI settings: "model", "preset" and any Config field
+
+    def config(self) -> Config:
+        return Config.load("", dict(self.settings))
+
+
+# In order of preference: Qwen is the product's model, at the paper's work or lighter; SmolLM2
+# on addition is the fallback every laptop runs.
+CANDIDATES = [
+    Candidate(f"{QWEN} at the paper's settings", {"model": QWEN, "preset": "paper"}),
+    Candidate(
+        f"{QWEN} on the paper's 9 domains, 4 questions x 4 completions of up to 128 tokens",
+        {
+            "model": QWEN,
+            "preset": "paper",
+            "questions_per_round": 4,
+            "group_size": 4,
+            "local_samples": 2,
+            "external_samples": 2,
+            "max_new_tokens": 128,
+        },
+    ),  # fmt: skip
+    Candidate(
+        f"{QWEN} on two-digit arithmetic (--preset arithmetic)",
+        {"model": QWEN, "preset": "arithmetic"},
+    ),  # fmt: skip
+    Candidate(f"{QWEN} on one-digit addition", {"model": QWEN, "preset": "addition"}),
+    Candidate(
+        f"{SMALL_MODEL} on one-digit addition (--preset addition)",
+        {"model": SMALL_MODEL, "preset": "addition"},
+    ),  # fmt: skip
+]
+
+
+@dataclass
+class Estimate:
+    gen_s: float
+    train_s: float
+    corrected: bool = False  # scaled by rounds measured on this machine
+
+    @property
+    def round_s(self) -> float:
+        return self.gen_s + self.train_s
+
+
+def estimate(
+    shape: Shape, cfg: Config, rates: Rates, correction: Correction | None = None
+) -> Estimate:
+    """Seconds of generation and of the train step for one round of `cfg` with this shape
+    (every parameter, the tied LM head included, multiplies every token)."""
+    corr = correction or Correction()
+    steps = max(1.0, cfg.max_new_tokens * COMPLETION_SHARE)
+    flops_token = 2.0 * shape.params
+    prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
+    rows = cfg.questions_per_round * cfg.group_size
+    weight_bytes = shape.params * rates.bytes_per_param
+    step_s = max(weight_bytes / rates.bandwidth, rows * flops_token / rates.gemm)
+    prefill_s = cfg.questions_per_round * prompt * flops_token / rates.gemm
+    gen_s = (steps * step_s + prefill_s) * OVERHEAD * corr.gen
+    groups = cfg.local_samples + cfg.external_samples
+    train_tokens = groups * (prompt + cfg.group_size * steps)
+    train_s = train_seconds(shape, train_tokens, rates) * corr.train
+    return Estimate(gen_s, train_s, corrected=corr.measured)
+
+
+def train_seconds(shape: Shape, tokens: float, rates: Rates) -> float:
+    """Forward and backward to the inputs over `tokens` (before any correction)."""
+    return 2.0 * tokens * 2.0 * shape.params / rates.gemm * OVERHEAD
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Measured over estimated seconds for one model on this machine, per phase."""
+
+    gen: float = 1.0
+    train: float = 1.0
+    measured: bool = False
+
+
+@dataclass
+class PaceCache:
+    """pace.json in the cache folder: this machine's rates per dtype, and per model the ratio
+    of measured to estimated round seconds (1.0 until a round ran)."""
+
+    path: Path
+    machine: str
+    rates: dict[str, dict] = field(default_factory=dict)
+    corrections: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, machine: str, path: Path | None = None) -> PaceCache:
+        path = path or paths.cache_dir() / PACE_FILE
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and data.get("machine") == machine:
+                rates = {str(k): dict(v) for k, v in data.get("rates", {}).items()}
+                corr = {
+                    str(k): {p: float(v[p]) for p in v if p in ("gen", "train")}
+                    for k, v in data.get("corrections", {}).items()
+                }
+                if all(0.05 <= x <= 20 for v in corr.values() for x in v.values()):
+                    return cls(path, machine, rates, corr)
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass  # none yet, another machine's or damaged: measure again
+        return cls(path, machine)
+
+    def save(self) -> None:
+        data = {"machine": self.machine, "rates": self.rates, "corrections": self.corrections}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=1) + "\n")
+            tmp.replace(self.path)
+        except OSError:
+            pass  # an unwritable cache only costs a probe next time
+
+    def rates_for(self, dtype: str, probe: Callable[[], Rates]) -> Rates:
+        saved = self.rates_saved(dtype)
+        if saved is not None:
+            return saved
+        r = probe()
+        self.rates[dtype] = {"gemm": r.gemm, "bandwidth": r.bandwidth, "bpp": r.bytes_per_param}
+        self.save()
+        return r
+
+    def rates_saved(self, dtype: str) -> Rates | None:
+        saved = self.rates.get(dtype)
+        try:
+            return Rates(float(saved["gemm"]), float(saved["bandwidth"]), int(saved["bpp"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def correction(self, model: str) -> Correction:
+        """The model's own correction; for a model never run here, the mean (geometric) of the
+        others' (what makes an estimate miss is mostly the machine: its real rates under the
+        load it carries, its attention and Python overheads), so one SmolLM2 round also tells
+        whether Qwen would keep pace."""
+        own = self.corrections.get(MODEL_IDS.get(model, model))
+        known = [own] if own else [c for c in self.corrections.values() if c]
+        if not known:
+            return Correction()
+
+        def mean(phase: str) -> float:
+            vals = [c.get(phase, 1.0) for c in known]
+            return math.prod(vals) ** (1 / len(vals))
+
+        return Correction(mean("gen"), mean("train"), measured=True)
+
+    def learn(self, model: str, phase: str, measured_s: float, uncorrected_s: float) -> float:
+        """Fold one measured phase into the model's correction: the first round sets it, later
+        ones move it halfway (geometric), so one odd round does not swing it; returns it."""
+        key = MODEL_IDS.get(model, model)
+        mine = self.corrections.setdefault(key, {})
+        if measured_s > 0 and uncorrected_s > 0:
+            ratio = min(max(measured_s / uncorrected_s, 0.05), 20.0)
+            old = mine.get(phase)
+            mine[phase] = ratio if old is None else (old * ratio) ** 0.5
+            self.save()
+        return mine.get(phase, 1.0)
+
+
+@dataclass(frozen=True)
+class Choice:
+    candidate: Candidate
+    estimate: Estimate | None  # None where no estimate is made (a GPU)
+    why: str
+
+
+def choose(
+    mem: Memory,
+    device: str,
+    rates: Rates | None,
+    cache: PaceCache | None,
+    *,
+    target: float = ROUND_TARGET,
+    available: Callable[[str], bool] = lambda _m: True,
+    candidates: list[Candidate] = CANDIDATES,
+) -> Choice:
+    """The first candidate whose model can be had, whose training fits 80% of the memory and
+    whose round is estimated within `target` seconds; the fastest that fits when none is.
+    Without rates (a GPU, or Apple's): the first that fits memory, as its paper round is quick."""
+    skipped: list[str] = []
+    fitting: list[tuple[Candidate, Estimate | None]] = []
+    for cand in candidates:
+        model = cand.settings["model"]
+        shape = KNOWN.get(model)
+        if shape is None:
+            continue
+        if not available(model):
+            gone = f"{model} is not on this machine and the hub cannot be reached"
+            if gone not in skipped:
+                skipped.append(gone)
+            continue
+        cfg = cand.config()
+        need = estimate_bytes(shape, cfg, device)
+        if need > 0.8 * mem.total:
+            skipped.append(f"{cand.label} needs ~{need / GB:.1f} GB")
+            continue
+        est = None
+        if rates is not None:
+            corr = cache.correction(model) if cache else None
+            est = estimate(shape, cfg, rates, corr)
+        fitting.append((cand, est))
+        if est is None or est.round_s <= target:
+            return Choice(cand, est, _why(cand, est, target, skipped, mem))
+    if not fitting:
+        last = candidates[-1]
+        return Choice(last, None, f"{last.label}: nothing else fits ({'; '.join(skipped)})")
+    cand, est = min(fitting, key=lambda c: c[1].round_s if c[1] else 0.0)
+    return Choice(cand, est, _why(cand, est, target, skipped, mem, over=True))
+
+
+def _why(cand, est, target, skipped, mem, over: bool = False) -> str:
+    parts = [cand.label]
+    if est is not None:
+        how = "measured here" if est.corrected else "estimated"
+        parts.append(
+            f"a round ~{fmt_seconds(est.round_s)} ({how}: generation ~{fmt_seconds(est.gen_s)}, "
+            f"train step ~{fmt_seconds(est.train_s)})"
+        )
+        if over:
+            parts.append(f"the fastest that fits; over the {fmt_seconds(target)} target")
+        elif skipped or cand is not CANDIDATES[0]:
+            parts.append(f"within the {fmt_seconds(target)} target")
+    else:
+        parts.append(f"fits {mem.total / GB:.0f} GB {mem.where}")
+    if skipped:
+        parts.append("skipped: " + "; ".join(skipped[:3]))
+    return ", ".join(parts)
+
+
+def fmt_seconds(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    return f"{s / 60:.0f} min"
+
+
+def learn_from_round(cfg: Config, model_id: str, report: Any, cache: PaceCache, dtype: str) -> None:
+    """After a real round: fold its phases' seconds into this machine's correction for the
+    model, when the rates of this dtype were measured here (estimates are built from them).
+    Generation against the estimate of the round's settings; the train step against the
+    tokens it actually trained (a node alone trains its own groups only, zero-advantage
+    completions are skipped), and only when it trained some."""
+    model = MODEL_IDS.get(model_id, model_id)
+    shape, rates = KNOWN.get(model), cache.rates_saved(dtype)
+    if shape is None or rates is None:
+        return
+    cache.learn(model, "gen", report.gen_seconds, estimate(shape, cfg, rates).gen_s)
+    if report.train_tokens > 0 and report.train_seconds > 0:
+        prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
+        groups = report.local_used + report.external_used
+        tokens = report.train_tokens + groups * prompt
+        cache.learn(model, "train", report.train_seconds, train_seconds(shape, tokens, rates))
