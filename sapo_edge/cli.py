@@ -301,30 +301,14 @@ def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
     memory and in time (pace.py)."""
     if args.model or args.preset or args.config or user_config_file():
         return {}
-    choice = choose_by_time(args.backend or "auto", args.dtype or "auto", args.round_target)
+    from .pace import choose_here
+
+    choice = choose_here(args.backend or "auto", args.dtype or "auto", args.round_target)
     print(
         f"choosing for this machine: {choice.why}; --model or --preset choose another.",
         file=sys.stderr,
     )
     return choice.candidate.settings
-
-
-def choose_by_time(backend: str, dtype: str, target: float | None = None):
-    """pace.choose for this machine: its memory, and on a CPU its measured speed (a ~1 s probe,
-    cached) and what its earlier rounds took."""
-    from .backends import accelerator_memory, select_backend
-    from .fit import system_memory
-    from .models import available
-    from .pace import ROUND_TARGET, choose
-
-    kind, device = select_backend(backend, log=lambda _msg: None)
-    rates = cache = None
-    if kind == "torch" and device == "cpu":
-        from .backends.rates import cpu_pace
-
-        rates, cache, _dtype = cpu_pace(dtype, log=lambda _msg: None)
-    mem = accelerator_memory(device) or system_memory()
-    return choose(mem, device, rates, cache, target=target or ROUND_TARGET, available=available)
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -99,6 +99,22 @@ def check_models() -> Check:
     return Check("models", "ok", f"{where}; offline model smollm2-135m ready")
 
 
+def check_pace(cfg: Config) -> Check:
+    """What bare `sapo-edge` would choose here, by memory and time, and the threads policy."""
+    from .pace import choose_here
+    from .threads import pinned_threads, usable_cores
+
+    choice = choose_here(cfg.backend, cfg.dtype, cfg.round_target)
+    pinned = pinned_threads(cfg.threads)
+    threads = (
+        f"{pinned} CPU threads (pinned)"
+        if pinned
+        else f"CPU threads adaptive on {usable_cores()} cores (fewer while other programs are busy)"
+    )
+    status = "warn" if "over the" in choice.why else "ok"
+    return Check("pace", status, f"bare sapo-edge runs {choice.why}; {threads}")
+
+
 def check_identity() -> Check:
     from .swarm.identity import IdentityError, load_or_create
 
@@ -288,7 +304,8 @@ def run_checks(cfg: Config, multicast_interface: str | None = None) -> list[Chec
     checks = [version]
     backend, device = check_backend(cfg)
     checks += [backend, _guard("memory", lambda: check_memory(device))]
-    checks += [_guard("models", check_models), _guard("identity", check_identity)]
+    checks += [_guard("models", check_models), _guard("pace", lambda: check_pace(cfg))]
+    checks += [_guard("identity", check_identity)]
     lan, addrs = check_lan()
     checks += [lan, _guard("mdns", lambda: check_mdns(multicast_interface, addrs))]
     checks += [_guard("relay", lambda: check_relay(cfg.relay))]

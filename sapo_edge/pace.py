@@ -261,6 +261,68 @@ def choose(
     return Choice(cand, est, _why(cand, est, target, skipped, mem, over=True))
 
 
+def choose_here(backend: str = "auto", dtype: str = "auto", target: float | None = None) -> Choice:
+    """`choose` for this machine: its memory, and on a CPU its measured speed (a ~1 s probe,
+    cached) and what its earlier rounds took."""
+    from .backends import accelerator_memory, select_backend
+    from .fit import system_memory
+    from .models import available
+
+    kind, device = select_backend(backend, log=lambda _msg: None)
+    rates = cache = None
+    if kind == "torch" and device == "cpu":
+        from .backends.rates import cpu_pace
+
+        rates, cache, _dtype = cpu_pace(dtype, log=lambda _msg: None)
+    mem = accelerator_memory(device) or system_memory()
+    return choose(mem, device, rates, cache, target=target or ROUND_TARGET, available=available)
+
+
+SLOW_FACTOR = 2.0  # a laptop whose class round is estimated past this x the target lightens it
+
+
+def keep_pace(
+    cfg: Config, rates: Rates, cache: PaceCache | None, *, small: str = SMALL_MODEL
+) -> tuple[Config, str | None]:
+    """A student's laptop against the class's pace (cfg.round_target): when its round of the
+    class's settings is estimated past SLOW_FACTOR x the target, the first of fewer questions
+    (half, same model) and the small model on the class's task that comes back within that band;
+    the lighter of the two when neither does. Returns the settings and a sentence for the
+    student (None when the class's settings keep pace). The task, G, I/J ratio and reward stay
+    the class's, so what this laptop shares is the class's kind of text."""
+    shape = KNOWN.get(MODEL_IDS.get(cfg.model, cfg.model))
+    if shape is None:
+        return cfg, None
+    corr = cache.correction(cfg.model) if cache else None
+    mine = estimate(shape, cfg, rates, corr)
+    if mine.round_s <= SLOW_FACTOR * cfg.round_target:
+        return cfg, None
+    options: list[tuple[Config, Estimate, str]] = []
+    fewer_q = max(1, cfg.questions_per_round // 2)
+    if fewer_q < cfg.questions_per_round:
+        i = min(cfg.local_samples, fewer_q)
+        lighter = Config(**{**cfg.to_dict(), "questions_per_round": fewer_q, "local_samples": i})
+        options.append(
+            (lighter, estimate(shape, lighter, rates, corr), f"{fewer_q} questions a round")
+        )
+    if cfg.model != small and small in KNOWN:
+        smaller = Config(**{**cfg.to_dict(), "model": small})
+        corr_small = cache.correction(small) if cache else None
+        options.append(
+            (smaller, estimate(KNOWN[small], smaller, rates, corr_small), f"model {small}")
+        )
+    if not options:
+        return cfg, None
+    within = [o for o in options if o[1].round_s <= SLOW_FACTOR * cfg.round_target]
+    new, est, what = within[0] if within else min(options, key=lambda o: o[1].round_s)
+    return new, (
+        f"this laptop would take ~{fmt_seconds(mine.round_s)} a round of the class's settings "
+        f"(the class's pace: ~{fmt_seconds(cfg.round_target)}), so it trains with {what} "
+        f"(~{fmt_seconds(est.round_s)} a round) and still shares its text with the class; "
+        "join with --model to choose yourself"
+    )
+
+
 def _why(cand, est, target, skipped, mem, over: bool = False) -> str:
     parts = [cand.label]
     if est is not None:

@@ -29,6 +29,11 @@ def _own_identity_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
     monkeypatch.setenv("SAPO_EDGE_HOME", str(tmp_path_factory.mktemp("sapo-edge-home")))
     # --dtype auto means float32 in tests on every CPU (test_cpu_dtype.py covers the choice)
     monkeypatch.setenv("SAPO_EDGE_CPU_DTYPE", "float32")
+    # pace.py's estimates use an AVX2 laptop's rates, not a probe of this (loaded) machine's,
+    # and no correction from rounds run here (test_pace.py covers the probe and the cache)
+    monkeypatch.setenv("SAPO_EDGE_PACE_RATES", "5e10,1e10")
+    # no test reaches the Hugging Face hub (nor asks whether it could): offline, as CI is
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ NAMES = [
     "backend",
     "memory",
     "models",
+    "pace",
     "identity",
     "lan",
     "mdns",

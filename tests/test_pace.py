@@ -160,6 +160,7 @@ def test_bare_run_offline_picks_a_model_it_has_and_says_why(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # nothing cached
     monkeypatch.setenv("SAPO_EDGE_CACHE", str(tmp_path / "cache"))  # not the user's pace.json
+    monkeypatch.delenv("SAPO_EDGE_PACE_RATES")  # measure (a stand-in for the probe)
     monkeypatch.setattr(rates, "measure_rates", lambda _dtype: FAST)
     monkeypatch.setattr(models, "smollm2_gguf", lambda: tmp_path / "x.gguf")
     args = cli.build_parser().parse_args(["run"])
@@ -189,3 +190,36 @@ def test_hub_reachable_is_false_offline_without_touching_the_network(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert not models.hub_reachable()
     assert not models.available("Qwen/Qwen2.5-0.5B-Instruct", reachable=lambda: False)
+
+
+def test_a_slow_laptop_in_a_qwen_class_lightens_its_work_and_says_so() -> None:
+    cls = Config.load("", {"preset": "paper", "model": pace.QWEN, "round_target": 60})
+    cfg, note = pace.keep_pace(cls, LAPTOP, None)
+    assert note and "still shares its text with the class" in note and "--model" in note
+    mine = pace.estimate(fit.KNOWN[cfg.model], cfg, LAPTOP)
+    theirs = pace.estimate(QWEN, cls, LAPTOP)
+    assert mine.round_s < theirs.round_s
+    # the class's task, group size and reward stay: what it shares is the class's kind of text
+    for key in ("domains", "group_size", "external_samples", "lenient", "max_new_tokens"):
+        assert getattr(cfg, key) == getattr(cls, key), key
+
+
+def test_a_laptop_that_keeps_the_class_pace_keeps_the_class_settings() -> None:
+    cls = Config.load("", {"preset": "addition", "round_target": 60})
+    assert pace.keep_pace(cls, LAPTOP, None) == (cls, None)
+    qwen_cls = Config.load("", {"preset": "paper", "model": pace.QWEN})
+    assert pace.keep_pace(qwen_cls, FAST, None) == (qwen_cls, None)
+    unknown = Config.load("", {"preset": "addition", "model": "some/model"})
+    assert pace.keep_pace(unknown, LAPTOP, None) == (unknown, None)
+
+
+def test_a_lighter_class_setting_prefers_fewer_questions_on_the_same_model_when_that_keeps_pace() -> (
+    None
+):
+    cls = Config.load("", {"preset": "addition", "model": pace.QWEN, "questions_per_round": 8,
+                           "round_target": 60})  # fmt: skip
+    mid = Rates(gemm=6e10, bandwidth=2e10, bytes_per_param=4)
+    cfg, note = pace.keep_pace(cls, mid, None)
+    assert pace.estimate(QWEN, cls, mid).round_s > 2 * 60
+    assert pace.estimate(QWEN, cfg, mid).round_s <= 2 * 60
+    assert cfg.model == pace.QWEN and cfg.questions_per_round == 4 and "4 questions" in note

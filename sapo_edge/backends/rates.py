@@ -4,6 +4,7 @@ machine in pace.json beside the dtype probe's answer)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -34,13 +35,28 @@ def measure_rates(dtype: torch.dtype, seconds: float = 1.0) -> Rates:
     return Rates(gemm, bandwidth, torch.tensor([], dtype=dtype).element_size())
 
 
-def cpu_pace(dtype_setting: str, log: Callable[[str], None]) -> tuple[Rates, PaceCache, str]:
-    """(rates, the machine's pace cache, dtype name) for training on this CPU."""
+def cpu_pace(dtype_setting: str, log: Callable[[str], None]) -> tuple[Rates, PaceCache | None, str]:
+    """(rates, the machine's pace cache, dtype name) for training on this CPU.
+    SAPO_EDGE_PACE_RATES="GEMM_FLOPS,BYTES_PER_S" pins the rates and ignores what earlier rounds
+    measured (the tests pin an AVX2 laptop's, so choices do not depend on the machine's load)."""
     if dtype_setting in ("float32", "bfloat16", "float16"):
         dtype = getattr(torch, dtype_setting)
     else:
         dtype = choose_cpu_dtype(log=log)
     name = str(dtype).removeprefix("torch.")
+    pinned = os.environ.get("SAPO_EDGE_PACE_RATES", "").split(",")
+    if len(pinned) == 2:
+        try:
+            gemm, bandwidth = float(pinned[0]), float(pinned[1])
+            if gemm > 0 and bandwidth > 0:
+                return (
+                    Rates(gemm, bandwidth, torch.tensor([], dtype=dtype).element_size()),
+                    None,
+                    name,
+                )
+        except ValueError:
+            pass
+        log("SAPO_EDGE_PACE_RATES is not GEMM_FLOPS,BYTES_PER_S (e.g. 5e10,1e10): measuring")
     cache = PaceCache.load(machine_key())
     rates = cache.rates_for(name, lambda: measure_rates(dtype))
     return rates, cache, name

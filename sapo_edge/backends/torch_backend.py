@@ -7,6 +7,7 @@ each node owns a named peft LoRA adapter and its own AdamW optimizer.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -194,7 +195,7 @@ class TorchBackend:
     def learn_pace(self, cfg: Config, model_id: str, report) -> None:
         """After a round on the CPU: keep what it took against pace.py's estimate, so the next
         choice of defaults on this machine estimates from it."""
-        if self.device == "cpu":
+        if self.device == "cpu" and not os.environ.get("SAPO_EDGE_PACE_RATES"):
             from ..pace import PaceCache, learn_from_round
             from .cpu_dtype import machine_key
 

@@ -108,6 +108,18 @@ class Joined:
         return t.wait_for(lambda: bool(t.connected()), timeout)
 
 
+def _keep_pace(cfg: Config, notes: list[str]) -> Config:
+    """The class's settings, lightened on a laptop too slow to keep the class's pace."""
+    from ..backends.rates import cpu_pace
+    from ..pace import keep_pace
+
+    rates, cache, _dtype = cpu_pace(cfg.dtype, log=lambda _msg: None)
+    cfg, note = keep_pace(cfg, rates, cache)
+    if note:
+        notes.append(note)
+    return cfg
+
+
 def join_class(
     code_text: str,
     local: dict[str, Any],
@@ -141,12 +153,16 @@ def join_class(
             f"solo baseline: trains on {cfg.local_samples} own groups a round, none of the "
             "class's, and shares none; the class view draws it against the class's mean"
         )
-    if cfg.memory_check:
-        verdict, text = fit_here(cfg, device)
-        if verdict == "refuse":
-            raise ConfigError(text)
-        if verdict == "warn":
-            notes.append(f"memory: {text}")
+    verdict, text = fit_here(cfg, device) if cfg.memory_check else ("ok", "")
+    if verdict == "refuse":
+        raise ConfigError(text)
+    if not local.get("model") and device == "cpu":  # a laptop too slow for the class's pace
+        paced = _keep_pace(cfg, notes)
+        if paced is not cfg and cfg.memory_check:
+            verdict, text = fit_here(paced, device)
+        cfg = paced
+    if verdict == "warn":
+        notes.append(f"memory: {text}")
     keys = room_keys(grant.room, grant.secret)
     if identity is None:
         from ..runs import hold_identity
