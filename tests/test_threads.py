@@ -118,3 +118,50 @@ def test_the_real_meter_reads_this_process_and_the_cores() -> None:
     sum(i * i for i in range(200_000))  # some CPU time of our own
     b = meter()
     assert b.at >= a.at and b.own > a.own and b.busy >= a.busy
+
+
+def test_the_torch_backend_drops_a_thread_mid_generation_when_a_busy_program_starts(
+    tiny_qwen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiring: the decode loop and the train step ask the policy at every step, and torch
+    runs with what it answers; the count comes back when the other program ends."""
+    import torch
+
+    from sapo_edge.backends import cpu_threads
+    from sapo_edge.backends.base import Sample
+    from sapo_edge.backends.torch_backend import TorchBackend
+    from sapo_edge.config import Config
+
+    machine = FakeMachine(2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu_threads, "LoadMeter", lambda: machine)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 2)
+    before = torch.get_num_threads()
+    said: list[str] = []
+    try:
+        cfg = Config(model=str(tiny_qwen), micro_batch_size=1)
+        backend = TorchBackend(tiny_qwen, cfg, adapter="busy", device="cpu", log=said.append)
+        backend.threads = cpu_threads.cpu_threads(0, said.append, fresh=True)
+        assert torch.get_num_threads() == 2
+        seen: list[int] = []
+
+        def step(done: int, _tokens: int) -> None:
+            seen.append(torch.get_num_threads())
+            busy = 1.0 if done >= 3 else 0.0  # a busy loop starts at the third decode step
+            machine.run(1.0, mine=2.0 - busy, others=busy)
+
+        messages = [{"role": "user", "content": "Calculate 1 + 2."}]
+        backend.generate([messages], 2, max_new_tokens=8, temperature=1.0, top_p=1.0,
+                         seed=0, progress=step)  # fmt: skip
+        assert seen[:4] == [2, 2, 2, 1] and any("1 of 2 threads" in m for m in said)
+        machine.run(1.0, mine=1.0, others=0.0)  # it ended
+        comp = backend.encode_completion(" 3", finished=True, max_new_tokens=8)
+        seen.clear()
+        backend.train_step(
+            [Sample(messages, comp, 1.0), Sample(messages, comp, -1.0)],
+            lambda k, n: seen.append(torch.get_num_threads()),
+        )
+        assert torch.get_num_threads() == 2
+    finally:
+        cpu_threads._POLICY = None
+        torch.set_num_threads(before)
