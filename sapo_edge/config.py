@@ -91,8 +91,9 @@ class Config:
     mix: str = _f(
         "fixed",
         "fixed: train on I own + J peer groups every round | adaptive: each node picks J in "
-        "{0, 2, 4, 6} every round from its own reward progress (a bandit, sapo_edge/mix.py), "
-        "with I + J = local_samples + external_samples.",
+        "{0, 2, 4, 6} (only J its pool can fill) for blocks of 4 rounds, from its own reward "
+        "progress with the J it trained (a bandit, sapo_edge/mix.py), with I + J = "
+        "local_samples + external_samples (own groups fill in when peers fall short).",
     )
 
     # --- generation --------------------------------------------------------------------

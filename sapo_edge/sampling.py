@@ -312,6 +312,20 @@ class ExternalPool:
                 per_peer[entry.group.producer] = per_peer.get(entry.group.producer, 0) + 1
         return out
 
+    def fillable(self, count: int, local_round: int) -> int:
+        """At most how many groups sample(count, local_round, ...) could return: the groups not
+        too old to use, at most max(1, floor(max_peer_share*count)) from one producer (before
+        re-scoring, which may reject some)."""
+        if count <= 0:
+            return 0
+        cap = max(1, int(self.max_peer_share * count))
+        per_peer: dict[str, int] = {}
+        with self._lock:
+            for e in self._pool.values():
+                if local_round - e.received_round <= self.max_age_rounds:
+                    per_peer[e.group.producer] = per_peer.get(e.group.producer, 0) + 1
+        return min(count, sum(min(n, cap) for n in per_peer.values()))
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {**self._counts, "size": len(self._pool)}

@@ -61,7 +61,8 @@ class RoundReport:
     mix: str = "fixed"  # how I/J were chosen: fixed (the config's) or adaptive (sapo_edge/mix.py)
     local_target: int = 0  # I asked for this round (local_used can be fewer: informative only)
     external_target: int = 0  # J asked for this round
-    mix_progress: float | None = None  # adaptive: own reward progress credited to the last J
+    mix_progress: float | None = None  # adaptive: progress per round credited this round...
+    mix_credited: int | None = None  # ...to this J (the J a finished block trained)
 
 
 @dataclass
@@ -264,11 +265,14 @@ class Node:
         received = self._received = self._received_carry + self._receive()
         self._received_carry = 0
         n_local, n_external = self._mix_targets(own)
-        local = sample_self(own, n_local, self.rng)
         self._pool_before_sampling = self.pool.snapshot()
-        external = (
-            self.pool.sample(n_external, self.round, self._rescore, self.rng) if n_external else []
-        )
+        if cfg.mix == "adaptive":  # peers first: own groups fill what they fell short of, so the
+            external = self._sample_external(n_external, own)  # step trains budget - J' + J'
+            local = sample_self(own, n_local + n_external - len(external), self.rng)
+            self.mix.trained(len(external))  # the bandit credits the J trained, not the J asked
+        else:
+            local = sample_self(own, n_local, self.rng)
+            external = self._sample_external(n_external, own)
 
         # 6. one GRPO step over every completion of the chosen groups. A completion with advantage
         #    exactly 0 (possible with lenient, partial-credit or format rewards) adds nothing to
@@ -293,6 +297,7 @@ class Node:
         report.local_target, report.external_target = n_local, n_external
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress
+            report.mix_credited = self.mix.last_credited
         with self.metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(report)) + "\n")
         self.last_groups = RoundGroups(own, external)
@@ -304,14 +309,25 @@ class Node:
 
     def _mix_targets(self, own: list[ScoredGroup]) -> tuple[int, int]:
         """This round's I and J: the config's, or (mix adaptive) J from the bandit, fed with the
-        mean reward of this round's own completions, and I = local + external - J."""
+        mean reward of each of this round's own groups and offered only J the pool can fill,
+        and I = local + external - J."""
         cfg = self.cfg
         if cfg.mix != "adaptive":
             return cfg.local_samples, cfg.external_samples
         budget = cfg.local_samples + cfg.external_samples
-        own_reward = statistics.fmean(r for g in own for r in g.rewards)
-        j = self.mix.choose(own_reward, budget, cfg.questions_per_round)
+        j = self.mix.choose(
+            [statistics.fmean(g.rewards) for g in own],
+            budget,
+            cfg.questions_per_round,
+            available=lambda j: self.pool.fillable(j, self.round),
+        )
         return budget - j, j
+
+    def _sample_external(self, count: int, own: list[ScoredGroup]) -> list[ScoredGroup]:
+        """SampleExternal: the paper's uniform draw from the pool."""
+        if not count:
+            return []
+        return self.pool.sample(count, self.round, self._rescore, self.rng)
 
     def _phase(self, phase: str) -> None:
         """Tell the callback a phase starts. Before each phase from generating to training, honour
@@ -496,7 +512,12 @@ class Node:
         self.rng.setstate(_rng_from_json(st["rng"]))
         self._received_carry = int(st.get("received_carry", 0))
         if "mix" in st:  # checkpoints of older versions have none (they ran a fixed mix)
-            self.mix.load_state_dict(st["mix"])
+            try:
+                self.mix.load_state_dict(st["mix"])
+            except (ValueError, TypeError, KeyError):  # an older bandit: its evidence is lost
+                self.callback.on_message(
+                    self.name, "the saved adaptive mix is an older version's: it starts afresh"
+                )
         if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
             try:
                 dropped = self.pool.load_state_dict(
