@@ -130,7 +130,10 @@ class AdaptiveMix:
             self._credit(b, statistics.fmean(ends))
             start = statistics.fmean(starts)
         arm = self._pick([j for j in fits if j not in self.paused] or fits)
-        self.block = {"arm": arm, "start": start, "trained": []}
+        # a J that was the only one the pool could fill ends as soon as others fit (the first
+        # node of a swarm has no peer groups in its first round)
+        only = len(fits) == 1 and len(allowed) > 1
+        self.block = {"arm": arm, "start": start, "trained": [], "only": only}
         return arm
 
     def trained(self, j: int) -> None:
@@ -140,7 +143,12 @@ class AdaptiveMix:
 
     def _must_close(self, b: dict, arms: list[int]) -> bool:
         t = b["trained"]
-        return len(t) >= BLOCK or any(j != b["arm"] for j in t) or b["arm"] not in arms
+        return (
+            len(t) >= BLOCK
+            or any(j != b["arm"] for j in t)
+            or b["arm"] not in arms
+            or (b.get("only", False) and len(arms) > 1)
+        )
 
     def _halves(self, rewards: list[float]) -> tuple[list[float], list[float]]:
         """A random split of the round's groups (one group: the same group on both sides)."""
@@ -220,6 +228,7 @@ class AdaptiveMix:
                 "arm": int(b["arm"]),
                 "start": float(b["start"]),
                 "trained": [int(j) for j in b["trained"]],
+                "only": bool(b.get("only", False)),
             }
         )
         lp, lc = d.get("last_progress"), d.get("last_credited")

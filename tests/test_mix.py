@@ -123,6 +123,20 @@ def test_a_node_without_peers_is_only_offered_j_0():
     assert mix.mean(0) == pytest.approx(0.1) and mix.weight[6] == mix.weight[2] == 0.0
 
 
+def test_a_j_forced_by_an_empty_pool_ends_when_peer_groups_arrive():
+    mix = AdaptiveMix(seed=0)
+    mix.order = [4, 0, 6, 2]
+    assert mix.choose([0.2] * 8, 8, 8, available=0) == 0  # the only J offered
+    mix.trained(0)
+    assert mix.choose([0.3] * 8, 8, 8, available=0) == 0  # still the only one: kept
+    mix.trained(0)
+    assert mix.choose([0.4] * 8, 8, 8, available=8) == 4  # peers arrived: a chosen block
+    assert mix.last_credited == 0 and mix.last_progress == pytest.approx(0.1)
+    for _ in range(BLOCK - 1):
+        mix.trained(4)
+        assert mix.choose([0.4] * 8, 8, 8, available=8) == 4
+
+
 def test_blocks_of_one_j_the_seeded_order_first_then_the_posterior():
     mix = AdaptiveMix(seed=0)
     mix.order = [4, 0, 6, 2]
