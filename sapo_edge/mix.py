@@ -60,6 +60,7 @@ NOISE = 0.07  # standard error of a round's own mean reward (the posterior's sca
 TEMPER = 0.5  # the posterior draw's spread, as a share of the posterior's own
 PAUSE = 2 * BLOCK  # rounds a J the pool fell short of is not offered (while others are)
 MIXES = ("fixed", "adaptive")
+EXTERNAL_SAMPLINGS = ("uniform", "targeted")  # how the J are drawn (sapo_edge/targeting.py)
 STATE_VERSION = 2
 Available = int | Callable[[int], int] | None
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from .advantages import is_informative
 from .backends.base import LOAD_TIME_SETTINGS, Backend, Completion, Sample
 from .checkpoints import find_latest, save_checkpoint
 from .config import Config, ConfigError
@@ -34,6 +35,7 @@ from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
 from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
 from .swarm.peers import PeerTally
 from .swarm.transport import Transport
+from .targeting import Success, targeted_limit, wanted
 from .tasks import TaskError, TaskSampler, node_seed, regenerate
 
 
@@ -63,6 +65,7 @@ class RoundReport:
     external_target: int = 0  # J asked for this round
     mix_progress: float | None = None  # adaptive: progress per round credited this round...
     mix_credited: int | None = None  # ...to this J (the J a finished block trained)
+    external_targeted: int = 0  # external groups picked for teaching this node (targeted)
 
 
 @dataclass
@@ -158,6 +161,7 @@ class Node:
         self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
         self.rng = random.Random(seed)
         self.mix = AdaptiveMix(seed)  # chooses J each round when cfg.mix is "adaptive"
+        self.success = Success()  # recent own success per domain (targeted sampling)
         self.backend.reset(seed)  # LoRA weights from the node seed: two fresh runs are identical
         self.pool = ExternalPool(
             node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
@@ -267,12 +271,12 @@ class Node:
         n_local, n_external = self._mix_targets(own)
         self._pool_before_sampling = self.pool.snapshot()
         if cfg.mix == "adaptive":  # peers first: own groups fill what they fell short of, so the
-            external = self._sample_external(n_external, own)  # step trains budget - J' + J'
+            external = self._sample_external(n_external, own, n_local)  # trains I' + J'
             local = sample_self(own, n_local + n_external - len(external), self.rng)
             self.mix.trained(len(external))  # the bandit credits the J trained, not the J asked
         else:
             local = sample_self(own, n_local, self.rng)
-            external = self._sample_external(n_external, own)
+            external = self._sample_external(n_external, own, n_local)
 
         # 6. one GRPO step over every completion of the chosen groups. A completion with advantage
         #    exactly 0 (possible with lenient, partial-credit or format rewards) adds nothing to
@@ -291,9 +295,11 @@ class Node:
         )
 
         # 7. report and persist
+        self.success.update(own)
         report = self._report(
             own, tasks, gens, local, external, len(shared), received, gen_seconds, stats, t_round
         )
+        report.external_targeted = self.pool.last_targeted
         report.local_target, report.external_target = n_local, n_external
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress
@@ -320,14 +326,30 @@ class Node:
             budget,
             cfg.questions_per_round,
             available=lambda j: self.pool.fillable(j, self.round),
+            min_local=1 if cfg.external_sampling == "targeted" else 0,  # never only peers
         )
         return budget - j, j
 
-    def _sample_external(self, count: int, own: list[ScoredGroup]) -> list[ScoredGroup]:
-        """SampleExternal: the paper's uniform draw from the pool."""
+    def _sample_external(
+        self, count: int, own: list[ScoredGroup], n_local: int
+    ) -> list[ScoredGroup]:
+        """SampleExternal: the paper's uniform draw from the pool, or (external_sampling
+        targeted) first the peer groups that teach this node something, up to targeted_limit
+        (a share of J, and never more than the own groups the step trains)."""
+        self.pool.last_targeted = 0
         if not count:
             return []
-        return self.pool.sample(count, self.round, self._rescore, self.rng)
+        if self.cfg.external_sampling != "targeted":
+            return self.pool.sample(count, self.round, self._rescore, self.rng)
+        own_trained = min(n_local, sum(1 for g in own if is_informative(g.rewards)))
+        return self.pool.sample(
+            count,
+            self.round,
+            self._rescore,
+            self.rng,
+            prefer=wanted(own, self.success),
+            prefer_max=targeted_limit(self.cfg.targeted_share, count, own_trained),
+        )
 
     def _phase(self, phase: str) -> None:
         """Tell the callback a phase starts. Before each phase from generating to training, honour
@@ -477,6 +499,7 @@ class Node:
             "rng": _rng_to_json(self.rng.getstate()),
             "received_carry": self._received_carry,
             "mix": self.mix.state_dict(),
+            "success": self.success.state_dict(),
         }
         pool = json.dumps(self.pool.state_dict())
 
@@ -518,6 +541,8 @@ class Node:
                 self.callback.on_message(
                     self.name, "the saved adaptive mix is an older version's: it starts afresh"
                 )
+        if "success" in st:  # checkpoints of older versions have none (uniform sampling)
+            self.success.load_state_dict(st["success"])
         if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
             try:
                 dropped = self.pool.load_state_dict(
