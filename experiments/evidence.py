@@ -5,7 +5,9 @@
 One cell = one seed x one split: a `sapo-edge sim` of the sweep's settings (experiments/
 sweep.toml: 4 SmolLM2-135M nodes, 12 rounds) with that seed and I/J, then every node's final
 adapter scored on held-out questions. Splits: 8/0, 6/2, 4/4, 2/6 (I local + J external of 8
-groups) and `adaptive` (mix = adaptive: each node picks J every round, I + J = 8). The plan:
+groups) and `adaptive` (mix = adaptive: each node picks J every round, I + J = 8), each also
+with `+targeted` (4/4+targeted, adaptive+targeted: external_sampling = targeted, the peer groups
+that teach a node something first; without it, the paper's uniform draw). The default plan:
 8/0, 4/4 and adaptive on seeds 0, 1, 2; 6/2 and 2/6 on seed 0; plus the base model's score.
 
 Each finished cell writes its summary (docs/evidence/<label>/seed-S-<split>.json and .md) at
@@ -36,13 +38,14 @@ sys.path.insert(0, str(HERE))
 
 from stats import samples_for_se, standard_error  # noqa: E402
 
-SPLITS = ("8/0", "6/2", "4/4", "2/6", "adaptive")
+SPLITS = ("8/0", "6/2", "4/4", "2/6", "adaptive", "4/4+targeted", "adaptive+targeted")
+TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/targeting.py)
 SE_TARGET = 0.015
 BASE = "base"  # the untrained model's held-out score: one cell per label, seed-independent
 
 
 def slug(split: str) -> str:
-    return split.replace("/", "-")
+    return split.replace("/", "-").replace("+", "-")
 
 
 def summary_path(docs: Path, label: str, seed: int | None, split: str) -> Path:
@@ -62,11 +65,17 @@ def plan(seeds: list[int], splits: list[str], single_seed_splits: list[str]) -> 
 
 
 def check_split(split: str) -> str:
-    if split in (BASE, "adaptive"):
+    mix = split.removesuffix(TARGETED)
+    if split == BASE or mix == "adaptive":
         return split
-    parts = split.split("/")
+    parts = mix.split("/")
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise SystemExit(f"split {split!r}: write I/J (for example 4/4) or adaptive.")
+        raise SystemExit(
+            f"split {split!r}: write I/J (for example 4/4) or adaptive, either with "
+            f"{TARGETED} for targeted external samples (4/4{TARGETED})."
+        )
+    if split.endswith(TARGETED) and int(parts[1]) == 0:
+        raise SystemExit(f"split {split!r}: J = 0 samples no peer groups; drop {TARGETED}.")
     return split
 
 
@@ -76,12 +85,15 @@ def cell_config(args: argparse.Namespace, seed: int | None, split: str):
     overrides: dict = {"resume": True, "seed": 0 if seed is None else seed, "dtype": args.dtype}
     if args.rounds:
         overrides["rounds"] = args.rounds
-    if split == "adaptive":
+    mix = split.removesuffix(TARGETED)
+    if split != BASE:
+        overrides["external_sampling"] = "targeted" if split.endswith(TARGETED) else "uniform"
+    if mix == "adaptive":
         base = Config.load(args.config)
         budget = base.local_samples + base.external_samples
         overrides.update(mix="adaptive", local_samples=budget - 4, external_samples=4)
     elif split != BASE:
-        i, j = (int(x) for x in split.split("/"))
+        i, j = (int(x) for x in mix.split("/"))
         overrides.update(mix="fixed", local_samples=i, external_samples=j)
     cell = "base" if split == BASE else f"seed-{seed}/{slug(split)}"
     overrides["out_dir"] = str(args.out / args.label / cell)
@@ -139,6 +151,8 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "local_samples",
                 "external_samples",
                 "mix",
+                "external_sampling",
+                "targeted_share",
                 "learning_rate",
                 "lenient",
                 "dtype",
@@ -167,6 +181,9 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         summary["rewards"] = {n: read_rewards(out / n / "metrics.jsonl") for n in names}
         summary["external_target"] = {n: [m["external_target"] for m in metrics[n]] for n in names}
         summary["external_used"] = {n: [m["external_used"] for m in metrics[n]] for n in names}
+        summary["external_targeted"] = {
+            n: [m.get("external_targeted", 0) for m in metrics[n]] for n in names
+        }
         summary["cumulative"] = {n: sum(r) for n, r in summary["rewards"].items()}
         summary["total"] = sum(summary["cumulative"].values())
         summary["rounds_done"] = min(len(r) for r in summary["rewards"].values())

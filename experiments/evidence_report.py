@@ -4,8 +4,9 @@
 
 Reads docs/evidence/<label>/*.json (written by experiments/evidence.py, one per finished seed x
 split) and writes the generated part of docs/results.md: per split the mean over seeds of the
-swarm's cumulative reward with a 95% t-interval, the paired per-seed differences (4/4 - 8/0 and
-the adaptive split against both), the 4/4 : 8/0 ratio, held-out pass@1 with its standard error,
+swarm's cumulative reward with a 95% t-interval, the paired per-seed differences (4/4 - 8/0, and
+the adaptive and +targeted splits against both), the 4/4 : 8/0 ratio, held-out pass@1 with its
+standard error, the J each adaptive split chose (a plot per split),
 and a reading derived from those numbers alone. Everything after the NOTES marker in
 docs/results.md is written by hand and kept.
 """
@@ -24,8 +25,16 @@ from stats import Interval, interval, paired  # noqa: E402
 NOTES = (
     "<!-- notes: written by hand, kept when experiments/evidence_report.py rebuilds this file -->"
 )
-ORDER = ("8/0", "6/2", "4/4", "2/6", "adaptive")
-COMPARISONS = (("4/4", "8/0"), ("adaptive", "8/0"), ("adaptive", "4/4"))
+ORDER = ("8/0", "6/2", "4/4", "2/6", "adaptive", "4/4+targeted", "adaptive+targeted")
+COMPARISONS = (
+    ("4/4", "8/0"),
+    ("adaptive", "8/0"),
+    ("adaptive", "4/4"),
+    ("4/4+targeted", "8/0"),
+    ("4/4+targeted", "4/4"),
+    ("adaptive+targeted", "8/0"),
+    ("adaptive+targeted", "4/4"),
+)
 
 
 def load_summaries(docs: Path) -> tuple[dict[str, list[dict]], list[str]]:
@@ -95,16 +104,19 @@ def analyse(cells: list[dict]) -> dict:
                 "ratios": ratios,
                 "ratio_interval": interval(list(ratios.values())) if ratios else None,
             }
-    adaptive_j = {}
-    for c in splits.get("adaptive", {}).values():
-        for js in c["external_target"].values():
-            for j in js:
-                adaptive_j[j] = adaptive_j.get(j, 0) + 1
+    adaptive_j: dict[str, dict[int, int]] = {}  # per adaptive split: J -> node-rounds
+    for split in (s for s in order if s.startswith("adaptive")):
+        counts: dict[int, int] = {}
+        for c in splits[split].values():
+            for js in c["external_target"].values():
+                for j in js:
+                    counts[j] = counts.get(j, 0) + 1
+        adaptive_j[split] = dict(sorted(counts.items()))
     return {
         "base": base,
         "splits": per_split,
         "comparisons": comparisons,
-        "adaptive_j": dict(sorted(adaptive_j.items())),
+        "adaptive_j": adaptive_j,
     }
 
 
@@ -225,10 +237,11 @@ def render(label: str, a: dict) -> str:
                 for s, (k, n, e, v) in c["halves"].items()
             )
             lines.append(f"| {x} - {y} | {per} |")
-    if a["adaptive_j"]:
-        total = sum(a["adaptive_j"].values())
-        shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in a["adaptive_j"].items())
-        lines += ["", f"Adaptive: J chosen over all node-rounds: {shares}."]
+    for split, counts in a["adaptive_j"].items():
+        total = sum(counts.values())
+        shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in counts.items())
+        name = "Adaptive" if split == "adaptive" else split
+        lines += ["", f"{name}: J chosen over all node-rounds: {shares}."]
     text = reading(a)
     if text:
         lines += ["", "What these numbers say (generated from them):", ""]
@@ -276,19 +289,17 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
     paths.append(target / "cumulative_reward.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    if "adaptive" in by_split:
+    for split in (s for s in ORDER if s.startswith("adaptive") and s in by_split):
         fig, ax = plt.subplots(figsize=(7, 3.5))
-        rounds = min(c["rounds_done"] for c in by_split["adaptive"])
+        rounds = min(c["rounds_done"] for c in by_split[split])
         arms = sorted(
-            {j for c in by_split["adaptive"] for js in c["external_target"].values() for j in js}
+            {j for c in by_split[split] for js in c["external_target"].values() for j in js}
         )
         bottom = [0.0] * rounds
         for j in arms:
             share = []
             for i in range(rounds):
-                picks = [
-                    js[i] for c in by_split["adaptive"] for js in c["external_target"].values()
-                ]
+                picks = [js[i] for c in by_split[split] for js in c["external_target"].values()]
                 share.append(picks.count(j) / len(picks))
             colour = f"C{j // 2}"  # the same colour for a J in every plot
             ax.bar(range(1, rounds + 1), share, bottom=bottom, label=f"J={j}", color=colour)
@@ -296,10 +307,10 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("share of nodes")
-        ax.set_title(f"{label}: J chosen by the adaptive nodes")
+        ax.set_title(f"{label}: J chosen by the {split} nodes")
         ax.legend(ncol=4, fontsize=8)
         fig.tight_layout()
-        paths.append(target / "adaptive_j.png")
+        paths.append(target / f"{split.replace('+', '-')}_j.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths

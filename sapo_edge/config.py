@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .mix import MIXES
+from .mix import EXTERNAL_SAMPLINGS, MIXES
 from .tasks import PAPER_DOMAINS
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -88,11 +88,25 @@ class Config:
     max_peer_share: float = _f(
         1.0, "At most this share of a round's external samples from one peer."
     )
+    external_sampling: str = _f(
+        "uniform",
+        "How the J peer groups are drawn: uniform (the paper's: at random, fresh first) | "
+        "targeted: first up to targeted_share of J from peer groups that teach this node "
+        "something (questions or domains its own completions all failed this round, then "
+        "domains where its recent success is below its average; never more than the own "
+        "groups it trains), the rest uniform (sapo_edge/targeting.py).",
+    )
+    targeted_share: float = _f(
+        0.5,
+        "external_sampling targeted: at most this share of a round's J is picked for teaching "
+        "this node something (rounded down); the rest is drawn uniformly.",
+    )
     mix: str = _f(
         "fixed",
         "fixed: train on I own + J peer groups every round | adaptive: each node picks J in "
-        "{0, 2, 4, 6} every round from its own reward progress (a bandit, sapo_edge/mix.py), "
-        "with I + J = local_samples + external_samples.",
+        "{0, 2, 4, 6} (only J its pool can fill) for blocks of 4 rounds, from its own reward "
+        "progress with the J it trained (a bandit, sapo_edge/mix.py), with I + J = "
+        "local_samples + external_samples (own groups fill in when peers fall short).",
     )
 
     # --- generation --------------------------------------------------------------------
@@ -296,6 +310,20 @@ class Config:
             f"mix adaptive takes J up to 6, so I = local_samples + external_samples - J is at least "
             f"{self.local_samples + self.external_samples - 6}, more than questions_per_round "
             f"({self.questions_per_round}): lower local_samples or raise questions_per_round.",
+        )
+        need(
+            self.external_sampling in EXTERNAL_SAMPLINGS,
+            f"external_sampling {self.external_sampling!r} is unknown: use one of "
+            f"{', '.join(EXTERNAL_SAMPLINGS)}.",
+        )
+        need(
+            _finite(self.targeted_share) and 0.0 < self.targeted_share <= 1.0,
+            f"targeted_share is {self.targeted_share}: use a share in (0, 1], e.g. 0.5.",
+        )
+        need(
+            self.external_sampling != "targeted" or self.local_samples >= 1,
+            "external_sampling targeted needs local_samples of 1 or more, so a node never trains "
+            "only on peers: raise local_samples (I) or use external_sampling uniform.",
         )
         need(self.share_max >= 0, "share_max must be 0 (no cap) or more.")
         need(self.freshness_rounds >= 0, "freshness_rounds must be 0 or more.")

@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sapo_edge.advantages import group_advantages, is_informative
 from sapo_edge.backends.base import Completion
@@ -19,6 +20,7 @@ from sapo_edge.rollout import RolloutError, RolloutGroup
 from sapo_edge.tasks import TaskRef
 
 SUBSET_POLICIES = ("all", "informative", "none")
+PREFER_TRIES = 4  # preferred groups re-scored at most per preferred slot (targeted sampling)
 
 
 @dataclass
@@ -154,6 +156,7 @@ class ExternalPool:
         # oldest group, so free identities flooding big groups cannot push out an honest peer
         self.max_chars = max_chars
         self._chars: dict[str, int] = {}  # producer -> characters held
+        self.last_targeted = 0  # groups the latest sample() took for being preferred
 
     def add(self, group: RolloutGroup, local_round: int) -> bool:
         """Keep a peer's group; False (and counted) for own groups and ids seen before."""
@@ -252,6 +255,8 @@ class ExternalPool:
         local_round: int,
         rescore: Callable[[RolloutGroup], ScoredGroup | None],
         rng: random.Random,
+        prefer: Callable[[RolloutGroup], Any] | None = None,
+        prefer_max: int = 0,
     ) -> list[ScoredGroup]:
         """SampleExternal: up to `count` unused groups, fresh ones first, uniform within each tier.
 
@@ -259,7 +264,14 @@ class ExternalPool:
         it returns None (or raises ValueError, e.g. TaskError) to reject a group. Groups whose
         re-scored rewards are all alike are dropped. At most max(1, floor(max_peer_share*count))
         groups come from any one producer; the rest stay in the pool for later rounds.
+
+        With `prefer` (targeted sampling, sapo_edge/targeting.py): first up to `prefer_max`
+        groups in the order of prefer(group), a sort key or None for groups not preferred (ties
+        in the uniform order), trying at most PREFER_TRIES per slot; then the uniform draw
+        fills the rest. `last_targeted` says how many were taken for being preferred. With no
+        group preferred the draw is exactly the uniform one.
         """
+        self.last_targeted = 0
         if count <= 0:
             return []
         with self._lock:
@@ -282,35 +294,89 @@ class ExternalPool:
             ]
         rng.shuffle(fresh)
         rng.shuffle(older)
+        order = fresh + older
 
         per_peer_cap = max(1, int(self.max_peer_share * count))
         per_peer: dict[str, int] = {}
         out: list[ScoredGroup] = []
-        for gid in fresh + older:
+        if prefer is not None and prefer_max > 0:
+            with self._lock:
+                keyed = [
+                    ((key, pos >= len(fresh)), gid)  # fresh first among equally wanted
+                    for pos, gid in enumerate(order)
+                    if gid in self._pool  # (the network thread may have evicted it)
+                    and (key := prefer(self._pool[gid].group)) is not None
+                ]
+            # ties in an order of their own: taking the first wanted groups of `order` would
+            # leave the rest of them late in it, and the uniform draw below would favour others
+            if keyed:
+                rng.shuffle(keyed)
+                keyed.sort(key=lambda kg: kg[0])
+            tries = 0
+            for _, gid in keyed:
+                if min(prefer_max, count) <= len(out) or tries >= PREFER_TRIES * prefer_max:
+                    break
+                got, tried = self._take(gid, rescore, per_peer, per_peer_cap)
+                tries += tried
+                if got is not None:
+                    out.append(got)
+            self.last_targeted = len(out)
+            if out:
+                with self._lock:
+                    self._counts["targeted"] = self._counts.get("targeted", 0) + len(out)
+        for gid in order:
             if len(out) >= count:
                 break
-            with self._lock:  # claim the group; it leaves the pool whatever its score
-                entry = self._pool.get(gid)
-                if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
-                    continue
-                self._drop(gid)
-            try:
-                sg = rescore(entry.group)  # outside the lock: regenerating a task may be slow
-            except ValueError:
-                sg = None
-            reason = (
-                "rescore_failed"
-                if sg is None
-                else "zero_advantage"
-                if not is_informative(sg.rewards)
-                else "used"
-            )
-            with self._lock:
-                self._counts[reason] += 1
-            if sg is not None and reason == "used":
-                out.append(sg)
-                per_peer[entry.group.producer] = per_peer.get(entry.group.producer, 0) + 1
+            got, _ = self._take(gid, rescore, per_peer, per_peer_cap)
+            if got is not None:
+                out.append(got)
         return out
+
+    def _take(
+        self,
+        gid: str,
+        rescore: Callable[[RolloutGroup], ScoredGroup | None],
+        per_peer: dict[str, int],
+        per_peer_cap: int,
+    ) -> tuple[ScoredGroup | None, bool]:
+        """Claim one group and re-score it: (the group to train or None, whether it was tried).
+        A claimed group leaves the pool whatever its score."""
+        with self._lock:
+            entry = self._pool.get(gid)
+            if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
+                return None, False
+            self._drop(gid)
+        try:
+            sg = rescore(entry.group)  # outside the lock: regenerating a task may be slow
+        except ValueError:
+            sg = None
+        reason = (
+            "rescore_failed"
+            if sg is None
+            else "zero_advantage"
+            if not is_informative(sg.rewards)
+            else "used"
+        )
+        with self._lock:
+            self._counts[reason] += 1
+        if sg is None or reason != "used":
+            return None, True
+        per_peer[entry.group.producer] = per_peer.get(entry.group.producer, 0) + 1
+        return sg, True
+
+    def fillable(self, count: int, local_round: int) -> int:
+        """At most how many groups sample(count, local_round, ...) could return: the groups not
+        too old to use, at most max(1, floor(max_peer_share*count)) from one producer (before
+        re-scoring, which may reject some)."""
+        if count <= 0:
+            return 0
+        cap = max(1, int(self.max_peer_share * count))
+        per_peer: dict[str, int] = {}
+        with self._lock:
+            for e in self._pool.values():
+                if local_round - e.received_round <= self.max_age_rounds:
+                    per_peer[e.group.producer] = per_peer.get(e.group.producer, 0) + 1
+        return min(count, sum(min(n, cap) for n in per_peer.values()))
 
     def stats(self) -> dict[str, int]:
         with self._lock:

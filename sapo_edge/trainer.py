@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from .advantages import is_informative
 from .backends.base import LOAD_TIME_SETTINGS, Backend, Completion, Sample
 from .checkpoints import find_latest, save_checkpoint
 from .config import Config, ConfigError
@@ -34,6 +35,7 @@ from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
 from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
 from .swarm.peers import PeerTally
 from .swarm.transport import Transport
+from .targeting import Success, targeted_limit, wanted
 from .tasks import TaskError, TaskSampler, node_seed, regenerate
 
 
@@ -61,7 +63,9 @@ class RoundReport:
     mix: str = "fixed"  # how I/J were chosen: fixed (the config's) or adaptive (sapo_edge/mix.py)
     local_target: int = 0  # I asked for this round (local_used can be fewer: informative only)
     external_target: int = 0  # J asked for this round
-    mix_progress: float | None = None  # adaptive: own reward progress credited to the last J
+    mix_progress: float | None = None  # adaptive: progress per round credited this round...
+    mix_credited: int | None = None  # ...to this J (the J a finished block trained)
+    external_targeted: int = 0  # external groups picked for teaching this node (targeted)
 
 
 @dataclass
@@ -157,6 +161,7 @@ class Node:
         self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
         self.rng = random.Random(seed)
         self.mix = AdaptiveMix(seed)  # chooses J each round when cfg.mix is "adaptive"
+        self.success = Success()  # recent own success per domain (targeted sampling)
         self.backend.reset(seed)  # LoRA weights from the node seed: two fresh runs are identical
         self.pool = ExternalPool(
             node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
@@ -264,11 +269,14 @@ class Node:
         received = self._received = self._received_carry + self._receive()
         self._received_carry = 0
         n_local, n_external = self._mix_targets(own)
-        local = sample_self(own, n_local, self.rng)
         self._pool_before_sampling = self.pool.snapshot()
-        external = (
-            self.pool.sample(n_external, self.round, self._rescore, self.rng) if n_external else []
-        )
+        if cfg.mix == "adaptive":  # peers first: own groups fill what they fell short of, so the
+            external = self._sample_external(n_external, own, n_local)  # trains I' + J'
+            local = sample_self(own, n_local + n_external - len(external), self.rng)
+            self.mix.trained(len(external))  # the bandit credits the J trained, not the J asked
+        else:
+            local = sample_self(own, n_local, self.rng)
+            external = self._sample_external(n_external, own, n_local)
 
         # 6. one GRPO step over every completion of the chosen groups. A completion with advantage
         #    exactly 0 (possible with lenient, partial-credit or format rewards) adds nothing to
@@ -287,12 +295,15 @@ class Node:
         )
 
         # 7. report and persist
+        self.success.update(own)
         report = self._report(
             own, tasks, gens, local, external, len(shared), received, gen_seconds, stats, t_round
         )
+        report.external_targeted = self.pool.last_targeted
         report.local_target, report.external_target = n_local, n_external
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress
+            report.mix_credited = self.mix.last_credited
         with self.metrics_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(report)) + "\n")
         self.last_groups = RoundGroups(own, external)
@@ -304,14 +315,41 @@ class Node:
 
     def _mix_targets(self, own: list[ScoredGroup]) -> tuple[int, int]:
         """This round's I and J: the config's, or (mix adaptive) J from the bandit, fed with the
-        mean reward of this round's own completions, and I = local + external - J."""
+        mean reward of each of this round's own groups and offered only J the pool can fill,
+        and I = local + external - J."""
         cfg = self.cfg
         if cfg.mix != "adaptive":
             return cfg.local_samples, cfg.external_samples
         budget = cfg.local_samples + cfg.external_samples
-        own_reward = statistics.fmean(r for g in own for r in g.rewards)
-        j = self.mix.choose(own_reward, budget, cfg.questions_per_round)
+        j = self.mix.choose(
+            [statistics.fmean(g.rewards) for g in own],
+            budget,
+            cfg.questions_per_round,
+            available=lambda j: self.pool.fillable(j, self.round),
+            min_local=1 if cfg.external_sampling == "targeted" else 0,  # never only peers
+        )
         return budget - j, j
+
+    def _sample_external(
+        self, count: int, own: list[ScoredGroup], n_local: int
+    ) -> list[ScoredGroup]:
+        """SampleExternal: the paper's uniform draw from the pool, or (external_sampling
+        targeted) first the peer groups that teach this node something, up to targeted_limit
+        (a share of J, and never more than the own groups the step trains)."""
+        self.pool.last_targeted = 0
+        if not count:
+            return []
+        if self.cfg.external_sampling != "targeted":
+            return self.pool.sample(count, self.round, self._rescore, self.rng)
+        own_trained = min(n_local, sum(1 for g in own if is_informative(g.rewards)))
+        return self.pool.sample(
+            count,
+            self.round,
+            self._rescore,
+            self.rng,
+            prefer=wanted(own, self.success),
+            prefer_max=targeted_limit(self.cfg.targeted_share, count, own_trained),
+        )
 
     def _phase(self, phase: str) -> None:
         """Tell the callback a phase starts. Before each phase from generating to training, honour
@@ -461,6 +499,7 @@ class Node:
             "rng": _rng_to_json(self.rng.getstate()),
             "received_carry": self._received_carry,
             "mix": self.mix.state_dict(),
+            "success": self.success.state_dict(),
         }
         pool = json.dumps(self.pool.state_dict())
 
@@ -496,7 +535,14 @@ class Node:
         self.rng.setstate(_rng_from_json(st["rng"]))
         self._received_carry = int(st.get("received_carry", 0))
         if "mix" in st:  # checkpoints of older versions have none (they ran a fixed mix)
-            self.mix.load_state_dict(st["mix"])
+            try:
+                self.mix.load_state_dict(st["mix"])
+            except (ValueError, TypeError, KeyError):  # an older bandit: its evidence is lost
+                self.callback.on_message(
+                    self.name, "the saved adaptive mix is an older version's: it starts afresh"
+                )
+        if "success" in st:  # checkpoints of older versions have none (uniform sampling)
+            self.success.load_state_dict(st["success"])
         if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
             try:
                 dropped = self.pool.load_state_dict(

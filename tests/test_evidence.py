@@ -71,6 +71,28 @@ def test_the_plan_runs_base_then_seed_by_seed():
         evidence.check_split("4-4")
 
 
+def test_targeted_splits_name_their_external_sampling(tmp_path):
+    args = evidence.parser().parse_args(
+        ["--out", str(tmp_path), "--splits", "8/0,4/4+targeted,adaptive+targeted"]
+    )
+    assert args.splits == ["8/0", "4/4+targeted", "adaptive+targeted"]
+    four = evidence.cell_config(args, 1, "4/4+targeted")
+    assert (four.mix, four.external_sampling, four.local_samples, four.external_samples) == (
+        "fixed",
+        "targeted",
+        4,
+        4,
+    )
+    ad = evidence.cell_config(args, 1, "adaptive+targeted")
+    assert (ad.mix, ad.external_sampling) == ("adaptive", "targeted")
+    assert evidence.cell_config(args, 1, "4/4").external_sampling == "uniform"
+    assert ad.out_dir.endswith("seed-1/adaptive-targeted")
+    with pytest.raises(SystemExit, match="J = 0 samples no peer groups"):
+        evidence.check_split("8/0+targeted")
+    with pytest.raises(SystemExit, match="write I/J"):
+        evidence.check_split("4/4+smart")
+
+
 def _cell(split, seed, total, pass_at_1=0.3, js=(4, 4)):
     half = total / 2
     return {
@@ -92,8 +114,9 @@ def test_report_from_hand_made_summaries(tmp_path):
     cells = [_cell("8/0", s, t) for s, t in ((0, 10.0), (1, 11.0), (2, 12.0))]
     cells += [_cell("4/4", s, t) for s, t in ((0, 12.0), (1, 14.0), (2, 13.0))]
     cells += [_cell("adaptive", 0, 9.0, js=(0, 6))]
+    cells += [_cell("adaptive+targeted", 0, 15.0, js=(2, 2))]
     for c in cells:
-        name = f"seed-{c['seed']}-{c['split'].replace('/', '-')}.json"
+        name = f"seed-{c['seed']}-{evidence.slug(c['split'])}.json"
         (docs / "evidence" / "t" / name).write_text(json.dumps(c))
     (docs / "evidence" / "t" / "seed-9-x.json").write_text("{not json")
     (docs / "results.md").write_text("old text\n" + evidence_report.NOTES + "\nmy notes\n")
@@ -112,6 +135,9 @@ def test_report_from_hand_made_summaries(tmp_path):
     assert text.endswith(evidence_report.NOTES + "\nmy notes\n") and "old text" not in text
     assert (docs / "evidence/t/cumulative_reward.png").stat().st_size > 1000
     assert (docs / "evidence/t/adaptive_j.png").stat().st_size > 1000
+    assert "adaptive+targeted - 8/0: one paired seed (+5.00); no interval yet." in text
+    assert "adaptive+targeted: J chosen over all node-rounds: J=2: 100%" in text
+    assert (docs / "evidence/t/adaptive-targeted_j.png").stat().st_size > 1000
 
 
 def _rounds_cell(split, seed, per_node):

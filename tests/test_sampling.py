@@ -192,6 +192,19 @@ def test_per_peer_cap_leaves_the_rest_for_later():
     assert len(one.sample(4, 0, verify, random.Random(0))) == 1  # at least one per peer
 
 
+def test_fillable_counts_what_a_draw_could_take_under_the_cap_and_age():
+    pool = ExternalPool("me", max_peer_share=0.5, freshness_rounds=1)  # usable 4 rounds
+    for i in range(6):
+        pool.add(rg(i, producer="chatty"), 0)
+    pool.add(rg(10, producer="quiet"), 0)
+    assert [pool.fillable(j, 0) for j in (0, 1, 2, 4, 6)] == [0, 1, 2, 3, 4]
+    for j in (1, 2, 4, 6):  # never more than sample() then takes
+        copy = ExternalPool("me", max_peer_share=0.5)
+        copy.load_state_dict(pool.state_dict())
+        assert len(copy.sample(j, 0, verify, random.Random(0))) == pool.fillable(j, 0)
+    assert pool.fillable(4, 5) == 0  # all older than 4 x freshness_rounds: stale
+
+
 def test_each_group_is_used_once():
     pool = ExternalPool("me")
     for i in range(5):

@@ -353,8 +353,9 @@ def test_a_run_stopped_mid_round_and_resumed_is_the_uninterrupted_run(tmp_path, 
 def test_an_adaptive_run_stopped_mid_round_and_resumed_chooses_as_the_uninterrupted_run(
     tmp_path, stop_before
 ):
-    # budget I + J = 3 of 3 own questions: J in {0, 2}; the stopped round's choice is given back
-    kw = dict(mix="adaptive", questions_per_round=3)
+    # budget I + J = 3 of 3 own questions: J in {0, 2} (the one peer may fill both J = 2 slots);
+    # the stopped round is inside the first block of 4 rounds, and its choice is given back
+    kw = dict(mix="adaptive", questions_per_round=3, max_peer_share=1.0)
     straight = _swarm_run(tmp_path / "straight", None, rounds=6, stop_round=3, **kw)
     resumed = _swarm_run(tmp_path / "stopped", stop_before, rounds=6, stop_round=3, **kw)
     assert resumed.mix.state_dict() == straight.mix.state_dict()
