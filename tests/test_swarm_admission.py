@@ -102,6 +102,33 @@ def test_codes_expire_and_unknown_numbers_are_refused(host) -> None:
     assert e.value.reason == "no_such_code"
 
 
+def test_a_new_code_after_one_is_burned_or_expired_admits(host) -> None:
+    """The host's `n` after a code was burned by wrong tries (or expired): make a new code,
+    then revoke the old one. The new code must work, and the old one stay refused."""
+    node, adm, key, clock = host
+    code = adm.new_code()
+    n = code.split("-")[0]
+    wrong = f"{n}-acorn-zinnia" if code != f"{n}-acorn-zinnia" else f"{n}-zinnia-acorn"
+    for _ in range(3):
+        with pytest.raises(AdmissionError):
+            join_room(addr(node), wrong)
+    assert n not in adm.codes  # retired
+    fresh = adm.new_code()
+    adm.revoke(code)
+    assert fresh.split("-")[0] != n  # a stale typist is refused, not counted against it
+    assert join_room(addr(node), fresh).secret == key
+    for stale in (code, wrong):
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), stale)
+        assert e.value.reason == "no_such_code"
+    clock.t += adm.ttl_s + 1  # the 4-hour expiry in a class: the same
+    again = adm.new_code()
+    adm.revoke(fresh)
+    assert join_room(addr(node), again).secret == key
+    adm.revoke(fresh)  # revoking a code twice, or one long gone, leaves the live one alone
+    assert adm.codes[again.split("-")[0]].admitted == 1
+
+
 def test_a_class_joining_at_once_with_one_code_all_get_in(host) -> None:
     node, adm, key, _ = host
     code = adm.new_code()

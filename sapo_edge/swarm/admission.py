@@ -118,18 +118,33 @@ class Admissions:
     codes: dict[str, _Code] = field(default_factory=dict)  # nameplate -> code
     log: Callable[[str], None] = lambda _m: None
 
+    last_nameplate: int = 0  # numbers go round 1..999: a retired number is not reused at once
+
     def new_code(self, ttl_s: float | None = None) -> str:
-        """A fresh code 'N-word-word' (16 bits of words behind a nameplate number)."""
+        """A fresh code 'N-word-word' (16 bits of words behind a nameplate number). The number
+        is the next one after the last code's, never that of a code just retired or expired:
+        whoever still types the old code is refused as `no_such_code`, not counted against the
+        new one, and revoking the old code by its text cannot remove the new one."""
         self._expire()
         taken = set(self.codes)
-        nameplate = next(str(n) for n in range(1, 1000) if str(n) not in taken)
+        for step in range(1, 1000):
+            n = (self.last_nameplate + step - 1) % 999 + 1
+            if str(n) not in taken:
+                break
+        else:
+            raise RuntimeError("999 admission codes are open at once; revoke some first.")
+        self.last_nameplate = n
         words = "-".join(secrets.choice(WORDS) for _ in range(2))
-        code = f"{nameplate}-{words}"
-        self.codes[nameplate] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
+        code = f"{n}-{words}"
+        self.codes[str(n)] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
         return code
 
     def revoke(self, code: str) -> None:
-        self.codes.pop(normalise(code).split("-", 1)[0], None)
+        """Retire this code (the whole code, not whatever code now has its number)."""
+        code = normalise(code)
+        c = self.codes.get(code.split("-", 1)[0])
+        if c is not None and c.code == code:
+            del self.codes[code.split("-", 1)[0]]
 
     def _expire(self) -> None:
         now = self.clock()
