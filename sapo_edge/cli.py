@@ -262,7 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     relay.add_argument(
         "--max-messages-per-minute", type=int, default=120, help="per node (default 120)"
     )
-    relay.add_argument("--max-connections-per-ip", type=int, default=16, help="default 16")
+    relay.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=256,
+        help="authenticated links from one address (a class behind one NAT); default 256",
+    )
     relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
     from .classroom.commands import add_commands
 

@@ -428,7 +428,9 @@ class LinkLayer:
             return ws
         except (ConnectionError, RuntimeError):
             return ws
-        self.guard.promote(request.transport)
+        if not self.guard.promote(request.transport):  # its address holds its ceiling
+            await _bye(session, ws, "busy", "too many links from this address.")
+            return ws
         node_id = session.hello.node_id
         with self._lock:
             via = "lan" if node_id in self._lan else "manual"
