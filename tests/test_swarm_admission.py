@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -139,6 +140,61 @@ def test_a_class_joining_at_once_with_one_code_all_get_in(host) -> None:
     grants = asyncio.run(many())
     assert all(g.secret == key for g in grants)
     assert adm.codes[code.split("-")[0]].admitted == 12
+
+
+@pytest.mark.parametrize(
+    "pake",
+    ["00" * 33, "42" * 33, "41" + "01" * 5, "41" + "ff" * 32, "41" + "00" * 64, "", "zz"],
+    ids=["off-sides", "same-side", "short", "not-in-group", "long", "empty", "not-hex"],
+)
+def test_a_malformed_spake2_element_gets_bad_value_not_a_traceback(host, caplog, pake) -> None:
+    """spake2 raises its own OffSides and NotOnCurve, not ValueError: they used to escape
+    /admit as an ERROR traceback, the socket closing without a bye."""
+    node, adm, _, _ = host
+    n = adm.new_code().split("-")[0]
+
+    async def send() -> object:
+        async with aiohttp.ClientSession() as s, s.ws_connect(f"ws://{addr(node)}/admit") as ws:
+            msg = {"type": "admit", "version": 2, "nameplate": n, "pake": pake}
+            await ws.send_bytes(json.dumps(msg).encode())
+            return await read_raw(ws, timeout=5)
+
+    with caplog.at_level(logging.ERROR):
+        reply = asyncio.run(send())
+    assert not isinstance(reply, Closed), "closed without a bye"
+    assert json.loads(reply)["reason"] == "bad_value"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert node.wait_for(lambda: adm.codes[n].failures == 1, 5)  # an attempt like any other
+
+
+def test_a_member_sending_a_malformed_spake2_element_gets_bad_value() -> None:
+    """The joining side too: a fake member answering with an element from the wrong side."""
+    from aiohttp import web
+
+    async def fake_admit(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await read_raw(ws, timeout=5)
+        await ws.send_bytes(json.dumps({"type": "pake", "pake": "00" * 33}).encode())
+        await read_raw(ws, timeout=5)
+        return ws
+
+    async def go() -> None:
+        app = web.Application()
+        app.router.add_get("/admit", fake_admit)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            with pytest.raises(AdmissionError) as e:
+                await join(f"127.0.0.1:{port}", "7-acorn-zinnia", timeout=10)
+            assert e.value.reason == "bad_value"
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
 
 
 def test_admission_messages_are_bounded(host) -> None:

@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from spake2 import SPAKE2_A, SPAKE2_B
+from spake2.ed25519_basic import NotOnCurve
+from spake2.spake2 import SPAKEError
 
 from sapo_edge.safejson import dumps_canonical
 
@@ -202,6 +204,22 @@ def _box_key(key: bytes) -> bytes:
     return HKDF(hashes.SHA256(), 32, None, b"sapo-edge/2 admit box").derive(key)
 
 
+PAKE_BYTES = 33  # a side byte and an Ed25519 group element
+
+
+def _finish(side: SPAKE2_A | SPAKE2_B, pake_hex: str, problem: str) -> bytes:
+    """The SPAKE2 key from the other side's message, or AdmissionError('bad_value'): the
+    library raises ValueError, its own SPAKEError (OffSides: a message from the same side)
+    and NotOnCurve (a point off the curve), none a subclass of another."""
+    try:
+        data = bytes.fromhex(pake_hex)
+        if len(data) != PAKE_BYTES:
+            raise ValueError(f"{len(data)} bytes, not {PAKE_BYTES}")
+        return side.finish(data)
+    except (ValueError, SPAKEError, NotOnCurve):
+        raise AdmissionError("bad_value", problem) from None
+
+
 def _msg(kind: str, **fields: Any) -> bytes:
     return dumps_canonical({"type": kind, **fields}).encode("utf-8")
 
@@ -270,10 +288,7 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
     try:
         member = SPAKE2_B(_password(c.code), idA=ID_JOINER, idB=ID_MEMBER)
         out = member.start()
-        try:
-            key = member.finish(bytes.fromhex(first["pake"]))
-        except ValueError:
-            raise AdmissionError("bad_value", "the SPAKE2 message is not usable.") from None
+        key = _finish(member, first["pake"], "the SPAKE2 message is not usable.")
         await ws.send_bytes(_msg("pake", pake=out.hex()))
         confirm = await _read(ws, "confirm")
         if not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
@@ -333,12 +348,7 @@ async def _join_once(address: str, code: str) -> Grant:
                 )
             )
             reply = await _read(ws, "pake")
-            try:
-                key = joiner.finish(bytes.fromhex(reply["pake"]))
-            except ValueError:
-                raise AdmissionError(
-                    "bad_value", "the member's SPAKE2 message is not usable."
-                ) from None
+            key = _finish(joiner, reply["pake"], "the member's SPAKE2 message is not usable.")
             await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex()))
             box_hex = (await _read(ws, "welcome", MAX_WELCOME_BYTES))["box"]
             try:
