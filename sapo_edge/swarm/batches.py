@@ -174,7 +174,11 @@ class RolloutVerifier:
     def open(self, sealed: bytes) -> Rollouts | Stats:
         """Unseal and parse the envelope (the signature is checked by verify(), or for a
         stats message by stats.StatsVerifier)."""
-        msg = parse_message(unseal(self.keys, sealed))
+        return self.parse(unseal(self.keys, sealed))
+
+    def parse(self, envelope: bytes) -> Rollouts | Stats:
+        """The message of an envelope that unsealed (ProtocolError when it is neither kind)."""
+        msg = parse_message(envelope)
         if not isinstance(msg, Rollouts | Stats):
             raise ProtocolError("unexpected_message", "a sealed box must hold rollouts or stats.")
         return msg

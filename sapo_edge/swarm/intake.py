@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from sapo_edge.textsafe import clean
 
-from .batches import BatchRejected, RolloutVerifier, VerifiedBatch
+from .batches import BatchRejected, RolloutVerifier, VerifiedBatch, unseal
 from .inbox import FairInbox
 from .peerbook import PeerBook
 from .protocol import ProtocolError, Stats
@@ -57,9 +57,20 @@ class Intake:
     ) -> bool | VerifiedBatch | None:
         """accept(), returning the VerifiedBatch when one was delivered (for the harness's
         counts), True when the route must be dropped, else None."""
+        try:
+            envelope = unseal(self.verifier.keys, data)
+        except ProtocolError as e:  # made without the room key, or altered: the route sent it
+            return self._reject(route, e.reason) or None
+        return self.accept_unsealed(route, via, envelope, stats_only=stats_only)
+
+    def accept_unsealed(
+        self, route: str, via: str, envelope: bytes, *, stats_only: bool = False
+    ) -> bool | VerifiedBatch | None:
+        """accept_verified() of a box already unsealed (the NATS route unseals first, to count
+        only what a member made against its budget)."""
         relay = route.startswith("relay:")
         try:
-            msg = self.verifier.open(data)
+            msg = self.verifier.parse(envelope)
         except ProtocolError as e:  # nobody inside is provable: the route sent it
             return self._reject(route, e.reason) or None
         if isinstance(msg, Stats):
@@ -113,6 +124,10 @@ class Intake:
         """A new, validly signed batch from `sender`: within its batches per minute?"""
         st = self.book.stat(sender, None, "")
         return self.book.rate_ok(st, time.time(), self.max_batches_per_minute)
+
+    def reject_route(self, route: str, reason: str) -> bool:
+        """Charge `route` with a refusal of something nobody inside is provable for."""
+        return self._reject(route, reason)
 
     def _reject(self, key: str, reason: str) -> bool:
         return self.book.reject(key, reason)
