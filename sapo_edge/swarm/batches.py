@@ -193,12 +193,13 @@ class RolloutVerifier:
         msg: Rollouts,
         route: str,
         now: float | None = None,
-        admit: Callable[[str], bool] | None = None,
+        admit: Callable[[str, float], bool] | None = None,
     ) -> VerifiedBatch | None:
         """A VerifiedBatch, None for a duplicate by another route, or BatchRejected.
 
-        admit(sender) is asked once a batch is known to be new and validly signed, before the
-        costly decoding: False refuses it as rate_limited (the sender's own doing)."""
+        admit(sender, signed sent_at) is asked once a batch is known to be new and validly
+        signed, before the costly decoding: False refuses it as rate_limited (the sender's own
+        doing)."""
         try:
             raw = check_signature(msg)
         except ProtocolError as e:
@@ -228,7 +229,7 @@ class RolloutVerifier:
             raise BatchRejected(
                 "stale_round", f"round {body['round']} is far behind the sender's round {last}."
             )
-        if admit is not None and not admit(msg.sender):
+        if admit is not None and not admit(msg.sender, float(body["sent_at"])):
             raise BatchRejected(
                 "rate_limited", "the sender is over its batches per minute.", msg.sender
             )

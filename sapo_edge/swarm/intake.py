@@ -89,7 +89,9 @@ class Intake:
                 self.counters["dropped_muted"] += 1
             return None
         try:
-            batch = self.verifier.verify(msg, route, admit=self._rate_ok)
+            batch = self.verifier.verify(
+                msg, route, admit=lambda sender, sent_at: self._rate_ok(sender, sent_at, relay)
+            )
         except BatchRejected as e:
             who = e.signer or route
             if who != route:
@@ -120,9 +122,14 @@ class Intake:
         with self.book.changed:
             return self.inbox.drain()
 
-    def _rate_ok(self, sender: str) -> bool:
-        """A new, validly signed batch from `sender`: within its batches per minute?"""
+    def _rate_ok(self, sender: str, sent_at: float, relay: bool) -> bool:
+        """A new, validly signed batch from `sender`: within its batches per minute? On a
+        direct link, by arrival (the link is the sender); through a relay, by the signed
+        sent_at, which a relay that delays and bunches batches cannot move."""
         st = self.book.stat(sender, None, "")
+        if relay:
+            keep = self.verifier.window_s + 60.0
+            return self.book.signed_rate_ok(st, sent_at, keep, self.max_batches_per_minute)
         return self.book.rate_ok(st, time.time(), self.max_batches_per_minute)
 
     def reject_route(self, route: str, reason: str) -> bool:
