@@ -253,8 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="IP",
         help="test multicast on this address (default: the first LAN address)",
     )
-    room = sub.add_parser("room", help="`room new`: make a private room key to share")
-    room.add_argument("action", choices=["new"], help="new: print a fresh 128-bit room key")
+    room = sub.add_parser(
+        "room",
+        help="`room new`: make a private room key to share; `room nats-user`: its NATS user",
+    )
+    room.add_argument(
+        "action",
+        choices=["new", "nats-user"],
+        help="new: print a fresh 128-bit room key; nats-user: print a nats-server users entry "
+        "confined to the room of SAPO_EDGE_SECRET (or --secret-file)",
+    )
+    room.add_argument("--user", default="", help="nats-user: the NATS user name (a-z, 0-9, -)")
+    room.add_argument("--secret-file", default="", help="nats-user: read the room key from FILE")
+    room.add_argument("--room", default="default", help="nats-user: the room's name")
     relay = sub.add_parser(
         "relay", help="forward signed rollout batches among nodes that cannot see each other"
     )
@@ -263,7 +274,12 @@ def build_parser() -> argparse.ArgumentParser:
     relay.add_argument(
         "--max-messages-per-minute", type=int, default=120, help="per node (default 120)"
     )
-    relay.add_argument("--max-connections-per-ip", type=int, default=16, help="default 16")
+    relay.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=256,
+        help="authenticated links from one address (a class behind one NAT); default 256",
+    )
     relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
     from .classroom.commands import add_commands
 
@@ -340,6 +356,33 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _room_nats_user(args: argparse.Namespace) -> int:
+    from .swarm.nats_transport import nats_user_entry
+    from .swarm.roomkey import SECRET_ENV, read_secret, room_keys
+
+    secret = read_secret("", args.secret_file)
+    if not secret:
+        raise ConfigError(
+            f"no room key: run `{SECRET_ENV}=<the room key> sapo-edge room nats-user --user NAME` "
+            "(`sapo-edge room new` makes a key)."
+        )
+    if not args.user:
+        raise ConfigError("name the NATS user: sapo-edge room nats-user --user lab-3")
+    try:
+        entry = nats_user_entry(room_keys(args.room, secret).relay_id, args.user)
+    except ValueError as e:
+        raise ConfigError(f"--user {e}") from None
+    print(entry)
+    print(
+        "Paste it into the users list of rooms.conf next to the NATS server's config "
+        "(packaging/nats/), set the password variable it names in the server's environment, "
+        "reload the server (nats-server --signal reload), and give the room's laptops "
+        f"SAPO_EDGE_NATS_USER={args.user} and SAPO_EDGE_NATS_PASSWORD.",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _relay(args: argparse.Namespace) -> int:
     from .swarm.relay import RelayLimits, run_relay
 
@@ -380,6 +423,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    if args.command == "room" and args.action == "nats-user":
+        return _room_nats_user(args)
     if args.command == "room":
         from .swarm.roomkey import SECRET_ENV, new_room_key
 

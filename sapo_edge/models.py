@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,8 +53,43 @@ def downloads_dir() -> Path:
     return paths.cache_dir() / "downloads"
 
 
+HUB_PREFIX = "hub:"  # a model a class gave: a hub id or an alias, never a path on this disk
+_HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def hub_only(name: str) -> str:
+    """`name` marked to resolve as a hub id or alias only (see resolve_model)."""
+    return name if name.startswith(HUB_PREFIX) else HUB_PREFIX + name
+
+
+def model_name(name: str) -> str:
+    """The name without the hub-only mark (what peers and the views are told)."""
+    return name.removeprefix(HUB_PREFIX)
+
+
+def is_hub_name(name: str) -> bool:
+    """An alias, or a hub id ('org/name', or a bare legacy 'name') that cannot be read as
+    anything on a disk."""
+    return name in ALIASES or (
+        bool(_HUB_ID.fullmatch(name)) and ".." not in name and not name.endswith(".gguf")
+    )
+
+
 def resolve_model(name: str, progress: Callable[[str], None] = print) -> ResolvedModel:
+    """An alias, a local directory, a .gguf file or a hub id (tried in that order); a name
+    marked hub_only() (a class's model) is an alias or a hub id only: a folder or file of that
+    name on this disk is never looked at."""
     name = name.strip()
+    if name.startswith(HUB_PREFIX):
+        hub = model_name(name)
+        if not is_hub_name(hub):
+            raise ModelNotFound(
+                f"the class's model {hub[:100]!r} is not a Hugging Face id like "
+                "'Qwen/Qwen2.5-0.5B-Instruct' or an alias: join with --model NAME_OR_PATH."
+            )
+        name = hub
+        if name not in ALIASES:
+            return ResolvedModel(_hf_snapshot(name, progress), name, "hf")
     if name in ALIASES:
         return ResolvedModel(_smollm2_dir(progress), "HuggingFaceTB/SmolLM2-135M-Instruct", "alias")
     p = Path(name).expanduser()

@@ -14,6 +14,7 @@ from sapo_edge.classroom.settings import (
     LOCAL_FIELDS,
     MAX_EXTRA_CHARS,
     class_config,
+    fit_here,
     make_invite,
     read_invite,
 )
@@ -71,7 +72,18 @@ def test_a_hosts_settings_are_read_strictly(text: str, what: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "model", ["/etc/passwd", "../../secret", "~/models/x", "a/b/c", "C:\\x", "", "x" * 300]
+    "model",
+    [
+        "/etc/passwd",
+        "../../secret",
+        "~/models/x",
+        "a/b/c",
+        "C:\\x",
+        "",
+        "x" * 300,
+        "x.gguf",
+        "x/y.gguf",
+    ],
 )
 def test_a_class_cannot_point_a_laptop_at_a_path_on_its_disk(model: str) -> None:
     settings = json.loads(invite_text())["settings"]
@@ -79,6 +91,32 @@ def test_a_class_cannot_point_a_laptop_at_a_path_on_its_disk(model: str) -> None
     with pytest.raises(ConfigError, match="--model"):
         class_config(invite, {})
     assert class_config(invite, {"model": "smollm2-135m"}).model == "smollm2-135m"
+
+
+def test_a_class_model_resolves_on_the_hub_never_as_a_folder_on_this_disk(
+    tmp_path, monkeypatch
+) -> None:
+    """A class's 'org/name' looks like a hub id, but resolve_model tried a relative folder
+    first: a class could make a student load (and report on) a folder on its own disk. Now a
+    class's model is a hub id or alias only; the student's own --model may still be a path."""
+    from sapo_edge.models import ModelNotFound, resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is fetched here: the refusal says so
+    folder = tmp_path / "Documents" / "private-model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 1, "hidden_size": 8, "vocab_size": 16})
+    )
+    settings = json.loads(invite_text())["settings"]
+    invite = read_invite(invite_text(settings={**settings, "model": "Documents/private-model"}))
+    cfg = class_config(invite, {})
+    with pytest.raises(ModelNotFound) as e:
+        resolve_model(cfg.model, progress=lambda _m: None)
+    assert "Documents/private-model" in str(e.value) and "HF_HUB_OFFLINE" in str(e.value)
+    assert fit_here(cfg, "cpu")[0] == "unknown"  # its config.json was not read either
+    own = class_config(invite, {"model": "Documents/private-model"})  # the student's own flag
+    assert resolve_model(own.model, progress=lambda _m: None).source == "local"
 
 
 def test_bad_class_values_fail_like_any_config_and_name_the_class() -> None:

@@ -187,6 +187,23 @@ def test_a_wrong_code_is_refused_and_learns_nothing_about_the_room(host, tmp_pat
     assert host.admissions.codes[n].failures == 1
 
 
+def test_a_new_code_after_the_class_burned_one_lets_students_in(host, tmp_path) -> None:
+    """Ten typos across a class retire the code; the teacher presses `n`: the new code admits
+    (it used to answer no_such_code until the host restarted)."""
+    words = host.code.partition("@")[0]
+    n = words.split("-")[0]
+    for i in range(10):  # ten laptops, one typo each
+        ip = f"10.0.0.{i + 1}"
+        host.admissions.end(host.admissions.begin(n, ip), False, ip)
+    assert n not in host.admissions.codes
+    host.new_code()
+    assert host.code.partition("@")[0] != words
+    joined = student(host, tmp_path, "ada")
+    assert joined.transport.keys == host.transport.keys  # admitted: it holds the room key
+    with pytest.raises(JoinError):  # the burned code stays dead
+        join_class(f"{words}@{host.code.partition('@')[2]}", {}, identity=Identity.generate())
+
+
 def test_a_student_who_leaves_and_comes_back_keeps_its_row_and_history(host, tmp_path) -> None:
     me = Identity.generate()
     host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))

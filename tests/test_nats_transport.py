@@ -278,6 +278,77 @@ def test_hostile_payloads_through_nats_get_the_relays_counted_rejections(cluster
     assert not any(p.muted for p in n.peers())  # a route is charged, never muted
 
 
+def test_junk_on_the_rooms_subjects_sheds_no_honest_batch_and_narrows_no_fan_in(
+    cluster, made
+) -> None:
+    """An outsider with publish rights on the server (not in the room) learns the route from a
+    subject and floods it with random bytes. They used to count as opened against the round's
+    budget and as arrivals in the fan-in estimate: honest batches were shed unopened and the
+    fan-in narrowed. Only what unseals counts now; junk is charged to the route and capped
+    apart."""
+    import os
+
+    import nats
+    from swarm_util import batch_for
+
+    code = new_room_key()
+    b = nats_net(made, cluster.urls[0], secret=code, reject_threshold=10**6, max_inbound_groups=8)
+    a = nats_net(made, cluster.urls[1], secret=code)
+    junk = 60  # under the old subscription queue (64): what sheds honest batches is the budget
+
+    async def flood() -> None:
+        nc = await nats.connect(cluster.urls[0])
+        try:
+            rng = random.Random(1)
+            for _ in range(junk):
+                await nc.publish(leaf_subject(b.keys.relay_id, rng), os.urandom(64))
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    asyncio.run(flood())
+    assert b.wait_for(lambda: b.counters["nats_in_msgs"] == junk, 10), b.counters
+    a.publish(batch_for(a.ident, 1))
+    a.publish(batch_for(a.ident, 1, start=10))
+    assert b.wait_for(lambda: b.counters["delivered"] == 2, 10), b.counters
+    assert b.nats.opened == b.nats.heard == 2 and b.counters["nats_shed"] == 0
+    assert b.nats.planner.fan == EVERYTHING  # the junk did not narrow the fan-in
+    assert b.counters["nats_junk"] == junk
+    assert b.rejections(b.nats.key)["wrong_secret"] == junk  # charged to the route
+    assert not any(p.muted for p in b.peers())
+
+
+def test_a_junk_flood_is_capped_apart_from_the_budget(cluster, made) -> None:
+    """Junk costs an unseal attempt each; over `junk_bytes_per_s` tried, the rest of that
+    second is dropped unopened (counted), without touching the round's budget. A burst of 300
+    is queued whole (the subscription's message cap was 64: the client dropped the rest, junk
+    and honest alike, as a slow consumer)."""
+    import os
+
+    import nats
+
+    code = new_room_key()
+    b = nats_net(
+        made, cluster.urls[0], secret=code, reject_threshold=10**6, nats={"junk_bytes_per_s": 640}
+    )
+
+    async def flood() -> None:
+        nc = await nats.connect(cluster.urls[0])
+        try:
+            rng = random.Random(2)
+            for _ in range(300):
+                await nc.publish(leaf_subject(b.keys.relay_id, rng), os.urandom(64))
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    asyncio.run(flood())
+    c = b.counters
+    assert b.wait_for(lambda: c["nats_junk"] + c["nats_junk_shed"] == 300, 10), c
+    assert 10 <= c["nats_junk"] < 300 and c["nats_junk_shed"] > 0 and not c["nats_slow_consumer"]
+    assert b.nats.opened == b.nats.heard == 0
+
+
 @pytest.mark.slow
 def test_a_thousand_scripted_nodes_keep_inbound_under_the_budget(cluster) -> None:
     """1,000 simulated nodes (bench/scale_nodes.py: real Intake, real NatsRoute), 20 to a NATS
@@ -331,3 +402,133 @@ def test_a_thousand_scripted_nodes_keep_inbound_under_the_budget(cluster) -> Non
     assert sum(st.groups for st in settled) / len(settled) >= 0.3 * budget  # and it flows
     shares = {fan.share for stats in rounds[2:] for _, fan in stats}
     assert max(shares) < 1 / 16  # nobody listens to the whole room
+
+
+def _serve_rooms(tmp_path: Path, rooms_conf: Path, env: dict) -> tuple[str, object]:
+    """A nats-server whose authorization is the packaged way: `include` a rooms.conf."""
+    import os
+    import shutil
+    import subprocess
+
+    from nats_util import free_ports
+
+    port, monitor = free_ports(2)
+    shutil.copy(rooms_conf, tmp_path / "rooms.conf")
+    conf = tmp_path / "server.conf"
+    conf.write_text(
+        f"host: 127.0.0.1\nport: {port}\nhttp: 127.0.0.1:{monitor}\n"
+        'authorization {\n  include "rooms.conf"\n}\n'
+    )
+    proc = subprocess.Popen(
+        [require_binary(), "-c", str(conf)],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return f"nats://127.0.0.1:{port}", proc
+
+
+async def _try_subjects(url: str, user: str, password: str, subjects: list[str]) -> list[str]:
+    """Subscribe to and publish on each subject as `user`: the errors the server sent back
+    (each message is received, or its permission error is)."""
+    import nats
+
+    errors: list[str] = []
+    got: list[str] = []
+
+    async def on_error(e: Exception) -> None:
+        errors.append(str(e))
+
+    async def on_msg(msg) -> None:
+        got.append(msg.subject)
+
+    for _ in range(100):  # the server is starting: bounded retries of the first connect
+        try:
+            nc = await nats.connect(url, user=user, password=password, error_cb=on_error)
+            break
+        except Exception:  # noqa: BLE001 - not listening yet
+            await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("nats-server did not start")
+    errors.clear()  # the refused connects while it started
+    try:
+        for s in subjects:
+            await nc.subscribe(s if s.count(".") < 2 else s.rsplit(".", 1)[0] + ".>", cb=on_msg)
+        await nc.flush()
+        for s in subjects:
+            await nc.publish(s, b"x")
+        await nc.flush()
+        async with asyncio.timeout(5):
+            while len(got) + len(errors) < len(subjects):
+                await asyncio.sleep(0.01)
+    finally:
+        await nc.close()
+    return errors
+
+
+def test_the_packaged_rooms_conf_lets_a_room_use_its_tree_and_class_subject(tmp_path) -> None:
+    """The packaged servers gave every laptop one user on `sapo.>`: the class's stats subject
+    (`sapo-class.<route>`) was refused (a permissions violation: the board stayed empty over
+    NATS), and any laptop could publish on any room's subjects. The shipped rooms.conf entry
+    (made by `room nats-user`) allows its room's tree and class subject, and nothing else."""
+    from sapo_edge.swarm.nats_transport import class_subject
+    from sapo_edge.swarm.roomkey import room_keys
+
+    packaged = Path(__file__).resolve().parent.parent / "packaging" / "nats"
+    text = (packaged / "rooms.conf").read_text()
+    key = text.split("for the room\n# key ", 1)[1].split(":", 1)[0]
+    relay_id = room_keys("default", key).relay_id
+    for conf in ("classroom-leaf.conf", "regional-cluster.conf"):
+        assert 'include "rooms.conf"' in (packaged / conf).read_text()
+    url, proc = _serve_rooms(
+        tmp_path, packaged / "rooms.conf", {"NATS_ROOM_EXAMPLE_ROOM_PASSWORD": "pw"}
+    )
+    try:
+        own = [leaf_subject(relay_id, random.Random(1)), class_subject(relay_id)]
+        assert asyncio.run(_try_subjects(url, "example-room", "pw", own)) == []
+        other = room_keys("default", new_room_key()).relay_id
+        theirs = [leaf_subject(other, random.Random(2)), class_subject(other)]
+        refused = asyncio.run(_try_subjects(url, "example-room", "pw", theirs))
+        assert len(refused) >= 2 and all("permissions violation" in e for e in refused)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_room_nats_user_confines_each_room_to_its_own_subjects(tmp_path, capsys, monkeypatch, made):
+    """Two rooms on one server, each with the entry `room nats-user` prints: a room's nodes
+    exchange batches through it, and a laptop of the other room can neither publish on nor
+    listen to its subjects (the junk flood of issue 31 needs publish rights on them)."""
+    from sapo_edge.cli import main
+    from sapo_edge.swarm.roomkey import room_keys
+
+    entries, keys = [], {}
+    for user in ("lab-a", "lab-b"):
+        keys[user] = new_room_key()
+        monkeypatch.setenv("SAPO_EDGE_SECRET", keys[user])
+        assert main(["room", "nats-user", "--user", user]) == 0
+        entries.append(capsys.readouterr().out)
+    monkeypatch.delenv("SAPO_EDGE_SECRET")
+    assert main(["room", "nats-user", "--user", "lab-a"]) == 2  # no key: a sentence, rc 2
+    assert "SAPO_EDGE_SECRET" in capsys.readouterr().err
+    rooms = tmp_path / "made-rooms.conf"
+    rooms.write_text("users = [\n" + "".join(entries) + "]\n")
+    env = {"NATS_ROOM_LAB_A_PASSWORD": "pa", "NATS_ROOM_LAB_B_PASSWORD": "pb"}
+    url, proc = _serve_rooms(tmp_path, rooms, env)
+    try:
+        a_id = room_keys("default", keys["lab-a"]).relay_id
+        a_subjects = [leaf_subject(a_id, random.Random(3)), f"sapo-class.{a_id}"]
+        refused = asyncio.run(_try_subjects(url, "lab-b", "pb", a_subjects))
+        assert len(refused) >= 2 and all("permissions violation" in e for e in refused)
+        monkeypatch.setenv("SAPO_EDGE_NATS_USER", "lab-a")
+        monkeypatch.setenv("SAPO_EDGE_NATS_PASSWORD", "pa")
+        n1 = nats_net(made, url, secret=keys["lab-a"])
+        n2 = nats_net(made, url, secret=keys["lab-a"])
+        from swarm_util import batch_for
+
+        n1.publish(batch_for(n1.ident, 1))
+        assert n2.wait_for(lambda: n2.counters["delivered"] == 1, 10), n2.counters
+        assert not n1.counters["nats_error"] and not n2.counters["nats_error"]
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import aiohttp
 import pytest
@@ -102,6 +103,33 @@ def test_codes_expire_and_unknown_numbers_are_refused(host) -> None:
     assert e.value.reason == "no_such_code"
 
 
+def test_a_new_code_after_one_is_burned_or_expired_admits(host) -> None:
+    """The host's `n` after a code was burned by wrong tries (or expired): make a new code,
+    then revoke the old one. The new code must work, and the old one stay refused."""
+    node, adm, key, clock = host
+    code = adm.new_code()
+    n = code.split("-")[0]
+    wrong = f"{n}-acorn-zinnia" if code != f"{n}-acorn-zinnia" else f"{n}-zinnia-acorn"
+    for _ in range(3):
+        with pytest.raises(AdmissionError):
+            join_room(addr(node), wrong)
+    assert n not in adm.codes  # retired
+    fresh = adm.new_code()
+    adm.revoke(code)
+    assert fresh.split("-")[0] != n  # a stale typist is refused, not counted against it
+    assert join_room(addr(node), fresh).secret == key
+    for stale in (code, wrong):
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), stale)
+        assert e.value.reason == "no_such_code"
+    clock.t += adm.ttl_s + 1  # the 4-hour expiry in a class: the same
+    again = adm.new_code()
+    adm.revoke(fresh)
+    assert join_room(addr(node), again).secret == key
+    adm.revoke(fresh)  # revoking a code twice, or one long gone, leaves the live one alone
+    assert adm.codes[again.split("-")[0]].admitted == 1
+
+
 def test_a_class_joining_at_once_with_one_code_all_get_in(host) -> None:
     node, adm, key, _ = host
     code = adm.new_code()
@@ -112,6 +140,61 @@ def test_a_class_joining_at_once_with_one_code_all_get_in(host) -> None:
     grants = asyncio.run(many())
     assert all(g.secret == key for g in grants)
     assert adm.codes[code.split("-")[0]].admitted == 12
+
+
+@pytest.mark.parametrize(
+    "pake",
+    ["00" * 33, "42" * 33, "41" + "01" * 5, "41" + "ff" * 32, "41" + "00" * 64, "", "zz"],
+    ids=["off-sides", "same-side", "short", "not-in-group", "long", "empty", "not-hex"],
+)
+def test_a_malformed_spake2_element_gets_bad_value_not_a_traceback(host, caplog, pake) -> None:
+    """spake2 raises its own OffSides and NotOnCurve, not ValueError: they used to escape
+    /admit as an ERROR traceback, the socket closing without a bye."""
+    node, adm, _, _ = host
+    n = adm.new_code().split("-")[0]
+
+    async def send() -> object:
+        async with aiohttp.ClientSession() as s, s.ws_connect(f"ws://{addr(node)}/admit") as ws:
+            msg = {"type": "admit", "version": 2, "nameplate": n, "pake": pake}
+            await ws.send_bytes(json.dumps(msg).encode())
+            return await read_raw(ws, timeout=5)
+
+    with caplog.at_level(logging.ERROR):
+        reply = asyncio.run(send())
+    assert not isinstance(reply, Closed), "closed without a bye"
+    assert json.loads(reply)["reason"] == "bad_value"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert node.wait_for(lambda: adm.codes[n].failures == 1, 5)  # an attempt like any other
+
+
+def test_a_member_sending_a_malformed_spake2_element_gets_bad_value() -> None:
+    """The joining side too: a fake member answering with an element from the wrong side."""
+    from aiohttp import web
+
+    async def fake_admit(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await read_raw(ws, timeout=5)
+        await ws.send_bytes(json.dumps({"type": "pake", "pake": "00" * 33}).encode())
+        await read_raw(ws, timeout=5)
+        return ws
+
+    async def go() -> None:
+        app = web.Application()
+        app.router.add_get("/admit", fake_admit)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            with pytest.raises(AdmissionError) as e:
+                await join(f"127.0.0.1:{port}", "7-acorn-zinnia", timeout=10)
+            assert e.value.reason == "bad_value"
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
 
 
 def test_admission_messages_are_bounded(host) -> None:

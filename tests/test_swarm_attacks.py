@@ -321,6 +321,59 @@ def test_relay_replays_delays_and_stale_batches_are_charged_to_the_relay(relay_o
     assert [s for s, _ in b.receive()] == [a.node_id] * 5
 
 
+def test_a_relay_that_delays_and_bunches_genuine_batches_gets_nobody_muted(relay_of, nodes) -> None:
+    """A relay holds 80 of a's genuine batches, signed over 160 s (30 a minute, half the
+    receiver's 60), and releases them at once. Rated by arrival, 20 were refused as
+    rate_limited, charged to a, and a was muted; through a relay the rate is now by the signed
+    sent_at, which the relay cannot move. A member that signs a flood is still refused, and
+    charged: its own signatures show it."""
+    r = relay_of()
+    b = nodes(relay=r.url, reject_threshold=5)
+    route = f"relay:{r.url}"
+    a, flooder = Identity.generate(), Identity.generate()
+    assert b.wait_for(lambda: route in b.connected(), 30)
+    now = time.time()
+
+    async def go() -> None:
+        c = await connect(r.url, a, relay=True)
+        try:
+            for i in range(80):  # what the relay held back, released in one burst
+                sent_at = now - 160 + 2 * i
+                await c.send_sealed(sealed(a, round_=20, start=10 * i, sent_at=sent_at))
+            assert await asyncio.to_thread(b.wait_for, lambda: b.counters["delivered"] == 80, 30)
+        finally:
+            await c.close()
+        f = await connect(r.url, flooder, relay=True)
+        try:
+            for i in range(70):  # signed within a second: over 60 a minute by its signatures
+                await f.send_sealed(sealed(flooder, round_=20, start=10 * i))
+            assert await asyncio.to_thread(
+                b.wait_for, lambda: b.rejections(flooder.node_id)["rate_limited"] >= 5, 30
+            )
+        finally:
+            await f.close()
+
+    asyncio.run(go())
+    assert b.rejections(a.node_id) == {} and b.rejections(route).get("rate_limited", 0) == 0
+    muted = {p.node_id for p in b.peers() if p.muted}
+    assert a.node_id not in muted and flooder.node_id in muted
+
+
+def test_the_signed_rate_holds_in_every_minute_whatever_the_order_of_arrival() -> None:
+    import random
+
+    from sapo_edge.swarm.signed_rate import SignedWindow
+
+    times = [1000.0 + i for i in range(120)]  # one a second: 60 in any minute
+    random.Random(4).shuffle(times)
+    w = SignedWindow(keep_s=360.0)
+    assert all(w.admit(t, 1100.0, 60) for t in times)
+    assert not w.admit(1059.5, 1100.0, 60)  # a 61st in [1000, 1060)
+    assert not w.admit(1119.5, 1100.0, 60)  # and one in [1060, 1120)
+    assert w.admit(1200.0, 1100.0, 60)  # a minute with room
+    assert w.admit(1650.0, 1700.0, 60) and w.times == [1650.0]  # older than keep_s: forgotten
+
+
 # --- 7. batch ids cannot be burned by another member -------------------------------------------
 
 

@@ -176,22 +176,93 @@ def _refused_at_accept(port: int) -> bool:
             return False
 
 
-def test_relay_limits_connections_per_ip_and_drops_dead_clients(relay_of) -> None:
+def test_relay_limits_links_per_ip_and_drops_dead_clients(relay_of) -> None:
     r = relay_of(connections_per_ip=2, heartbeat=0.3)
 
     async def go() -> None:
         c1 = await _client(r, Identity.generate(), room="x", autoping=False)  # never pongs
         c2 = await _client(r, Identity.generate(), room="x")
-        # a third connection from this IP is cut at accept, before any HTTP is parsed
-        assert await asyncio.to_thread(_refused_at_accept, r.port)
+        # a third authenticated link from this address is refused with a bye, and not served
+        c3 = await _client(r, Identity.generate(), room="x")
+        frame = await c3.recv()
+        assert not isinstance(frame, Closed) and b'"reason":"busy"' in frame[1]
+        await read_until_closed(c3.ws, within=5)
+        await c3.close()
         assert r.relay.stats()["connections_refused"] == 1
         await c2.close()
         await read_until_closed(c1.ws)  # the relay gives up on the silent client
         assert r.wait_for(lambda: rejected(r, "no_pong") >= 1), r.relay.stats()["rejected"]
         await c1.close()
+        c4 = await _client(r, Identity.generate(), room="x")  # room again: a link is let in
+        assert r.wait_for(lambda: nodes_in(r) == 1 or r.relay.stats()["connections_refused"] > 1)
+        assert r.relay.stats()["connections_refused"] == 1
+        await c4.close()
 
     asyncio.run(go())
     assert r.wait_for(lambda: r.relay.stats()["connections"] == 0)
+
+
+def test_a_class_behind_one_nat_all_reach_the_relay(relay_of, nodes) -> None:
+    """Forty students behind one school NAT: forty authenticated links from one address (the
+    ceiling used to be 16 connections per address, authenticated or not). A long heartbeat:
+    these hand-driven clients answer pings only while read, and nothing reads them here."""
+    r = relay_of(heartbeat=60.0)
+
+    async def go() -> None:
+        students = []
+        try:
+            for _ in range(40):
+                students.append(await _client(r, Identity.generate(), room="class"))
+            assert r.wait_for(lambda: nodes_in(r) == 40)
+            await students[0].send_sealed(b"\x01" * 64)  # forwarded to the 39 others
+            assert r.wait_for(lambda: r.relay.counters["forwarded"] == 39)
+        finally:
+            for c in students:
+                await c.close()
+
+    asyncio.run(go())
+    assert r.relay.stats()["connections_refused"] == 0
+
+
+def _healthz_from(port: int, source: str = "127.0.0.1") -> int:
+    """GET /healthz over a fresh connection from `source`: the status, or 0 when cut."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(source, 0))
+    try:
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status
+    except (ConnectionError, http.client.HTTPException):
+        return 0
+    finally:
+        conn.close()
+
+
+def test_idle_sockets_from_one_address_do_not_keep_its_next_newcomer_out(relay_of, nodes):
+    """One student's ten idle sockets (or a crashed client's) locked everyone behind its
+    address out of the relay, even a GET /healthz; now that address's oldest idle socket makes
+    room. A socket younger than the grace (a handshake under way) is not evicted."""
+    import socket
+    import time
+
+    r = relay_of()
+    frozen = time.monotonic()  # the guard's clock stands still until the test moves it
+    r.call(lambda: setattr(r.relay.guard, "clock", lambda: frozen))
+    idle = [socket.create_connection(("127.0.0.1", r.port), timeout=5) for _ in range(10)]
+    try:
+        assert r.wait_for(lambda: r.relay.guard.counters["accepted"] == 10)
+        assert r.relay.guard.stats()["pending"] == 8  # two were refused while young
+        assert _healthz_from(r.port) == 0  # within the grace: handshakes may be under way
+        r.call(lambda: setattr(r.relay.guard, "clock", lambda: frozen + 60))
+        assert _healthz_from(r.port) == 200  # the idle ones are old now: one makes room
+        a, b = nodes(relay=r.url), nodes(relay=r.url)  # nodes on the same address link
+        assert r.wait_for(lambda: nodes_in(r) == 2, 10)
+        a.publish(batch_for(a.ident, 1))
+        assert b.wait_for(lambda: b.counters["delivered"] == 1, 10)
+        assert r.relay.guard.counters["evicted"] >= 1
+    finally:
+        for s in idle:
+            s.close()
 
 
 @pytest.mark.asyncio

@@ -24,6 +24,7 @@ from ..swarm.admission import Admissions, Grant, serve_admission
 from ..swarm.guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_errors
 from ..swarm.identity import Identity
 from ..swarm.loop_thread import run_service_loop
+from ..swarm.nats_transport import is_nats_url, room_subjects
 from ..swarm.network import NetworkTransport
 from ..swarm.relay import Relay, RelayLimits
 from ..swarm.roomkey import new_room_key
@@ -256,6 +257,9 @@ class ClassHost:
         invite = make_invite(
             self.cfg, self.transport.port, self.services.relay_port if own_relay else 0, name
         )
+        if is_nats_url(self.cfg.relay):  # a server with per-room users needs them (rooms.conf)
+            subjects = " and ".join(room_subjects(self.transport.keys.relay_id))
+            self.log(f"NATS: this class publishes on {subjects} (packaging/nats/rooms.conf)")
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
         self.new_code()
         info = {

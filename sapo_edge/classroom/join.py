@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, ConfigError
+from ..models import model_name
 from ..swarm.admission import AdmissionError, Grant, join_room
 from ..swarm.identity import Identity
 from ..swarm.network import NetworkTransport
@@ -194,7 +195,7 @@ def join_class(
         max_inbound_groups=cfg.max_inbound_groups,
         mdns=cfg.mdns,
         mdns_interfaces=mdns_interfaces,
-        model=cfg.model,
+        model=model_name(cfg.model),
         name=name,
         log=log,
     )

@@ -6,12 +6,12 @@ config, and are checked against this laptop's memory before anything loads.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import Config, ConfigError
+from ..models import hub_only, is_hub_name, model_name
 from ..safejson import JsonError, dumps_canonical, loads_strict
 from ..textsafe import clean
 
@@ -47,7 +47,6 @@ OVERRIDABLE = frozenset({"rounds"})
 CLASS_FIELDS = (
     frozenset(f.name for f in dataclasses.fields(Config)) - (LOCAL_FIELDS - OVERRIDABLE) - _NOT_SENT
 )
-_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
 
 
 @dataclass(frozen=True)
@@ -119,15 +118,16 @@ def class_config(invite: Invite, local: dict[str, Any]) -> Config:
     """This laptop's Config: the class's settings, then its own LOCAL_FIELDS; validated like any
     config (ConfigError names the setting and the fix)."""
     mine = {k: v for k, v in local.items() if k in LOCAL_FIELDS and v is not None}
-    if "model" not in mine:
+    if "model" not in mine:  # the class's: a hub id or alias only, never a path on this disk
         model = invite.settings.get("model")
-        if not isinstance(model, str) or not _MODEL_NAME.fullmatch(model) or ".." in model:
+        if not isinstance(model, str) or not is_hub_name(model):
             shown = clean(model, 80) if isinstance(model, str) else "?"
             raise ConfigError(
                 f"the class's model {shown!r} is not a model name this laptop can fetch (a folder "
                 "on the teacher's laptop?): join with --model NAME_OR_PATH, e.g. --model "
                 "smollm2-135m."
             )
+        mine["model"] = hub_only(model)
     try:
         return Config.from_dict({**invite.settings, **mine}, source="the class's settings")
     except ConfigError as e:  # the host's values may be anything: one clean, short line
@@ -141,19 +141,19 @@ def fit_here(cfg: Config, device: str) -> tuple[str, str]:
     laptop? Known models and local folders are estimated before anything is fetched."""
     from ..fit import GB, KNOWN, check_fits, estimate_bytes, shape_from_config, system_memory
 
-    shape = KNOWN.get(cfg.model) or (
-        shape_from_config(Path(cfg.model)) if Path(cfg.model).is_dir() else None
-    )
+    name = model_name(cfg.model)
+    local = name == cfg.model and Path(name).is_dir()  # a class's model: never this disk's
+    shape = KNOWN.get(name) or (shape_from_config(Path(name)) if local else None)
     if shape is None:
         return "unknown", "the memory of this model is estimated once it is fetched"
     need, mem = estimate_bytes(shape, cfg, device), system_memory()
-    verdict, _generic = check_fits(need, mem, cfg.model)
+    verdict, _generic = check_fits(need, mem, name)
     have = (
         f"this laptop has {mem.total / GB:.1f} GB of {mem.where} ({mem.available / GB:.1f} GB free)"
     )
     if verdict == "refuse":
         return verdict, (
-            f"the class's settings need about {need / GB:.1f} GB to train {cfg.model} and {have}: "
+            f"the class's settings need about {need / GB:.1f} GB to train {name} and {have}: "
             "this laptop cannot run them. Join with a smaller model (sapo-edge join CODE --model "
             "smollm2-135m), or ask the teacher for a lighter task (smaller group size, questions "
             "per round or max new tokens); --no-memory-check tries anyway."

@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from spake2 import SPAKE2_A, SPAKE2_B
+from spake2.ed25519_basic import NotOnCurve
+from spake2.spake2 import SPAKEError
 
 from sapo_edge.safejson import dumps_canonical
 
@@ -118,18 +120,33 @@ class Admissions:
     codes: dict[str, _Code] = field(default_factory=dict)  # nameplate -> code
     log: Callable[[str], None] = lambda _m: None
 
+    last_nameplate: int = 0  # numbers go round 1..999: a retired number is not reused at once
+
     def new_code(self, ttl_s: float | None = None) -> str:
-        """A fresh code 'N-word-word' (16 bits of words behind a nameplate number)."""
+        """A fresh code 'N-word-word' (16 bits of words behind a nameplate number). The number
+        is the next one after the last code's, never that of a code just retired or expired:
+        whoever still types the old code is refused as `no_such_code`, not counted against the
+        new one, and revoking the old code by its text cannot remove the new one."""
         self._expire()
         taken = set(self.codes)
-        nameplate = next(str(n) for n in range(1, 1000) if str(n) not in taken)
+        for step in range(1, 1000):
+            n = (self.last_nameplate + step - 1) % 999 + 1
+            if str(n) not in taken:
+                break
+        else:
+            raise RuntimeError("999 admission codes are open at once; revoke some first.")
+        self.last_nameplate = n
         words = "-".join(secrets.choice(WORDS) for _ in range(2))
-        code = f"{nameplate}-{words}"
-        self.codes[nameplate] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
+        code = f"{n}-{words}"
+        self.codes[str(n)] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
         return code
 
     def revoke(self, code: str) -> None:
-        self.codes.pop(normalise(code).split("-", 1)[0], None)
+        """Retire this code (the whole code, not whatever code now has its number)."""
+        code = normalise(code)
+        c = self.codes.get(code.split("-", 1)[0])
+        if c is not None and c.code == code:
+            del self.codes[code.split("-", 1)[0]]
 
     def _expire(self) -> None:
         now = self.clock()
@@ -185,6 +202,22 @@ def _confirm(key: bytes) -> bytes:
 
 def _box_key(key: bytes) -> bytes:
     return HKDF(hashes.SHA256(), 32, None, b"sapo-edge/2 admit box").derive(key)
+
+
+PAKE_BYTES = 33  # a side byte and an Ed25519 group element
+
+
+def _finish(side: SPAKE2_A | SPAKE2_B, pake_hex: str, problem: str) -> bytes:
+    """The SPAKE2 key from the other side's message, or AdmissionError('bad_value'): the
+    library raises ValueError, its own SPAKEError (OffSides: a message from the same side)
+    and NotOnCurve (a point off the curve), none a subclass of another."""
+    try:
+        data = bytes.fromhex(pake_hex)
+        if len(data) != PAKE_BYTES:
+            raise ValueError(f"{len(data)} bytes, not {PAKE_BYTES}")
+        return side.finish(data)
+    except (ValueError, SPAKEError, NotOnCurve):
+        raise AdmissionError("bad_value", problem) from None
 
 
 def _msg(kind: str, **fields: Any) -> bytes:
@@ -255,10 +288,7 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
     try:
         member = SPAKE2_B(_password(c.code), idA=ID_JOINER, idB=ID_MEMBER)
         out = member.start()
-        try:
-            key = member.finish(bytes.fromhex(first["pake"]))
-        except ValueError:
-            raise AdmissionError("bad_value", "the SPAKE2 message is not usable.") from None
+        key = _finish(member, first["pake"], "the SPAKE2 message is not usable.")
         await ws.send_bytes(_msg("pake", pake=out.hex()))
         confirm = await _read(ws, "confirm")
         if not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
@@ -318,12 +348,7 @@ async def _join_once(address: str, code: str) -> Grant:
                 )
             )
             reply = await _read(ws, "pake")
-            try:
-                key = joiner.finish(bytes.fromhex(reply["pake"]))
-            except ValueError:
-                raise AdmissionError(
-                    "bad_value", "the member's SPAKE2 message is not usable."
-                ) from None
+            key = _finish(joiner, reply["pake"], "the member's SPAKE2 message is not usable.")
             await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex()))
             box_hex = (await _read(ws, "welcome", MAX_WELCOME_BYTES))["box"]
             try:

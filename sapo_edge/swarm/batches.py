@@ -174,7 +174,11 @@ class RolloutVerifier:
     def open(self, sealed: bytes) -> Rollouts | Stats:
         """Unseal and parse the envelope (the signature is checked by verify(), or for a
         stats message by stats.StatsVerifier)."""
-        msg = parse_message(unseal(self.keys, sealed))
+        return self.parse(unseal(self.keys, sealed))
+
+    def parse(self, envelope: bytes) -> Rollouts | Stats:
+        """The message of an envelope that unsealed (ProtocolError when it is neither kind)."""
+        msg = parse_message(envelope)
         if not isinstance(msg, Rollouts | Stats):
             raise ProtocolError("unexpected_message", "a sealed box must hold rollouts or stats.")
         return msg
@@ -189,12 +193,13 @@ class RolloutVerifier:
         msg: Rollouts,
         route: str,
         now: float | None = None,
-        admit: Callable[[str], bool] | None = None,
+        admit: Callable[[str, float], bool] | None = None,
     ) -> VerifiedBatch | None:
         """A VerifiedBatch, None for a duplicate by another route, or BatchRejected.
 
-        admit(sender) is asked once a batch is known to be new and validly signed, before the
-        costly decoding: False refuses it as rate_limited (the sender's own doing)."""
+        admit(sender, signed sent_at) is asked once a batch is known to be new and validly
+        signed, before the costly decoding: False refuses it as rate_limited (the sender's own
+        doing)."""
         try:
             raw = check_signature(msg)
         except ProtocolError as e:
@@ -224,7 +229,7 @@ class RolloutVerifier:
             raise BatchRejected(
                 "stale_round", f"round {body['round']} is far behind the sender's round {last}."
             )
-        if admit is not None and not admit(msg.sender):
+        if admit is not None and not admit(msg.sender, float(body["sent_at"])):
             raise BatchRejected(
                 "rate_limited", "the sender is over its batches per minute.", msg.sender
             )

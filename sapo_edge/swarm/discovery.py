@@ -1,13 +1,15 @@
 """LAN discovery with python-zeroconf: advertise `_sapo-edge._tcp.local.` with a small TXT record
 (protocol version, the room's lan id, node id, port, model), browse, resolve peers of the same
 room, and report peers that vanish. Adverts are hostile input: resolves in flight and services
-tracked are capped, and the network checks that whoever answers at an address is the node the
-advert named.
+tracked are capped, an advert from the LAN naming a loopback (or no) address is ignored, the
+network checks that whoever answers at an address is the node the advert named, and a goodbye
+(anyone can send one) is believed only once a dial fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,8 +171,24 @@ class LanDiscovery:
         if not hosts or not info.port:
             self.ignored["no_address"] = self.ignored.get("no_address", 0) + 1
             return
+        if not self._reachable(hosts[0]):  # this laptop's own services, or no host at all
+            self.ignored["bad_address"] = self.ignored.get("bad_address", 0) + 1
+            return
         self.found[name] = advert.node_id
         self.on_found(advert.node_id, hosts[0], advert.port)
+
+    def _reachable(self, host: str) -> bool:
+        """An advertised address a node may dial: not loopback (an advert from the LAN must not
+        point this laptop at its own local services) unless discovery itself runs on loopback
+        (tests), and never unspecified, multicast or broadcast."""
+        try:
+            ip = ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+        if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+            return False
+        on_loopback = any(a.startswith("127.") for a in self.interfaces or [])
+        return on_loopback or not ip.is_loopback
 
     async def close(self) -> None:
         """Say goodbye on the LAN (peers see us vanish at once), then stop browsing."""

@@ -1,7 +1,10 @@
-"""Limits before work, at the TCP level (before any HTTP is parsed): connection caps per IP and in
-total, a cap on connections still unauthenticated (handshakes in flight; the oldest is dropped to
-make room), a deadline from accept to an authenticated link, a byte cap before authentication and
-a per-IP byte budget. Also: the open-file limit raised where allowed, and asyncio's accept-error
+"""Limits before work, at the TCP level (before any HTTP is parsed): a cap on connections in
+total, a cap on connections still unauthenticated (handshakes in flight) in total and per IP (the
+oldest is dropped to make room: of everyone for the total, of the newcomer's own address for the
+per-IP cap, so idle sockets from one address cannot keep its next newcomer out), a cap on
+authenticated links per IP (checked when a link authenticates: a class behind one NAT is many
+links from one address), a deadline from accept to an authenticated link, a byte cap before
+authentication and a per-IP byte budget. Also: the open-file limit raised where allowed, and asyncio's accept-error
 log rate-limited (EMFILE must not write megabytes of log).
 """
 
@@ -21,9 +24,11 @@ from aiohttp import web
 @dataclass(frozen=True)
 class GuardLimits:
     connections_total: int = 512  # also capped by the open-file limit (see effective_total)
-    connections_per_ip: int = 16
+    connections_per_ip: int = 16  # authenticated links from one address (see promote)
     pending_total: int = 64  # not yet authenticated: the oldest is dropped when full
-    pending_per_ip: int = 8
+    pending_per_ip: int = 8  # the same per address: that address's oldest is dropped...
+    pending_grace: float = 2.0  # ...once it is this old (younger: a handshake under way, and
+    # the newcomer is refused instead, so a crowd behind one NAT cannot keep evicting itself)
     deadline: float = 10.0  # seconds from accept to an authenticated link
     preauth_bytes: int = 16 << 10  # HTTP upgrade + hello + auth fit in far less
     ip_bytes_per_minute: int = 128 << 20
@@ -58,8 +63,10 @@ class ConnectionGuard:
         self.pending: OrderedDict[_Conn, None] = OrderedDict()  # oldest first
         self.per_ip: Counter = Counter()
         self.pending_ip: Counter = Counter()
+        self.links_ip: Counter = Counter()  # authenticated links per address
         self.budgets: OrderedDict[str, _Budget] = OrderedDict()
         self.counters: Counter = Counter()  # accepted, refused:REASON, evicted, deadline, ...
+        self.clock: Callable[[], float] = time.monotonic  # the age of pending connections
 
     # ------------------------------------------------------------------ asyncio side
     def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
@@ -68,24 +75,19 @@ class ConnectionGuard:
     def _admit(self, ip: str, transport: Any) -> _Conn | None:
         lim = self.limits
         self.counters["accepted"] += 1
-        reason = (
-            "connections_total"
-            if len(self.conns) >= self.total_cap
-            else "connections_per_ip"
-            if self.per_ip[ip] >= lim.connections_per_ip
-            else "pending_per_ip"
-            if self.pending_ip[ip] >= lim.pending_per_ip
-            else None
-        )
-        if reason:
-            self._reject(ip, f"refused:{reason}")
+        if len(self.conns) >= self.total_cap:
+            self._reject(ip, "refused:connections_total")
             return None
+        now = self.clock()
+        if self.pending_ip[ip] >= lim.pending_per_ip:  # make room: this address's oldest goes
+            oldest = next(c for c in self.pending if c.ip == ip)
+            if now - oldest.since < lim.pending_grace:
+                self._reject(ip, "refused:pending_per_ip")
+                return None
+            self._evict(oldest)
         if len(self.pending) >= lim.pending_total:  # make room: drop the oldest handshake
-            oldest = next(iter(self.pending))
-            self._reject(oldest.ip, "evicted")
-            oldest.transport.abort()
-            self._forget_pending(oldest)
-        conn = _Conn(ip, transport, time.monotonic())
+            self._evict(next(iter(self.pending)))
+        conn = _Conn(ip, transport, now)
         self.conns[transport] = conn
         self.per_ip[ip] += 1
         self.pending[conn] = None
@@ -93,6 +95,11 @@ class ConnectionGuard:
         loop = asyncio.get_running_loop()
         conn.timer = loop.call_later(lim.deadline, self._deadline, conn)
         return conn
+
+    def _evict(self, conn: _Conn) -> None:
+        self._reject(conn.ip, "evicted")
+        conn.transport.abort()
+        self._forget_pending(conn)
 
     def _forget_pending(self, conn: _Conn) -> None:
         if conn in self.pending:
@@ -136,18 +143,32 @@ class ConnectionGuard:
             self.per_ip[conn.ip] -= 1
             if self.per_ip[conn.ip] <= 0:
                 del self.per_ip[conn.ip]
+            if conn.promoted:
+                self.links_ip[conn.ip] -= 1
+                if self.links_ip[conn.ip] <= 0:
+                    del self.links_ip[conn.ip]
 
     def _reject(self, ip: str, reason: str) -> None:
         self.counters[reason] += 1
         self.on_reject(ip, reason)
 
     # ------------------------------------------------------------------ handler side
-    def promote(self, transport: Any) -> None:
-        """The connection authenticated: no more deadline or pre-auth byte cap."""
+    def promote(self, transport: Any) -> bool:
+        """The connection authenticated: no more deadline or pre-auth byte cap. False (counted
+        as refused:connections_per_ip) when its address already holds `connections_per_ip`
+        authenticated links: the caller then ends it."""
         conn = self.conns.get(transport)
-        if conn is not None:
-            conn.promoted = True
-            self._forget_pending(conn)
+        if conn is None:
+            return True  # gone already (or not through this guard): the caller sees it closed
+        if conn.promoted:
+            return True
+        self._forget_pending(conn)
+        if self.links_ip[conn.ip] >= self.limits.connections_per_ip:
+            self._reject(conn.ip, "refused:connections_per_ip")
+            return False
+        conn.promoted = True
+        self.links_ip[conn.ip] += 1
+        return True
 
     def stats(self) -> dict[str, int]:
         return {"connections": len(self.conns), "pending": len(self.pending)}

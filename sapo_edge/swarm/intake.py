@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from sapo_edge.textsafe import clean
 
-from .batches import BatchRejected, RolloutVerifier, VerifiedBatch
+from .batches import BatchRejected, RolloutVerifier, VerifiedBatch, unseal
 from .inbox import FairInbox
 from .peerbook import PeerBook
 from .protocol import ProtocolError, Stats
@@ -57,9 +57,20 @@ class Intake:
     ) -> bool | VerifiedBatch | None:
         """accept(), returning the VerifiedBatch when one was delivered (for the harness's
         counts), True when the route must be dropped, else None."""
+        try:
+            envelope = unseal(self.verifier.keys, data)
+        except ProtocolError as e:  # made without the room key, or altered: the route sent it
+            return self._reject(route, e.reason) or None
+        return self.accept_unsealed(route, via, envelope, stats_only=stats_only)
+
+    def accept_unsealed(
+        self, route: str, via: str, envelope: bytes, *, stats_only: bool = False
+    ) -> bool | VerifiedBatch | None:
+        """accept_verified() of a box already unsealed (the NATS route unseals first, to count
+        only what a member made against its budget)."""
         relay = route.startswith("relay:")
         try:
-            msg = self.verifier.open(data)
+            msg = self.verifier.parse(envelope)
         except ProtocolError as e:  # nobody inside is provable: the route sent it
             return self._reject(route, e.reason) or None
         if isinstance(msg, Stats):
@@ -78,7 +89,9 @@ class Intake:
                 self.counters["dropped_muted"] += 1
             return None
         try:
-            batch = self.verifier.verify(msg, route, admit=self._rate_ok)
+            batch = self.verifier.verify(
+                msg, route, admit=lambda sender, sent_at: self._rate_ok(sender, sent_at, relay)
+            )
         except BatchRejected as e:
             who = e.signer or route
             if who != route:
@@ -109,10 +122,19 @@ class Intake:
         with self.book.changed:
             return self.inbox.drain()
 
-    def _rate_ok(self, sender: str) -> bool:
-        """A new, validly signed batch from `sender`: within its batches per minute?"""
+    def _rate_ok(self, sender: str, sent_at: float, relay: bool) -> bool:
+        """A new, validly signed batch from `sender`: within its batches per minute? On a
+        direct link, by arrival (the link is the sender); through a relay, by the signed
+        sent_at, which a relay that delays and bunches batches cannot move."""
         st = self.book.stat(sender, None, "")
+        if relay:
+            keep = self.verifier.window_s + 60.0
+            return self.book.signed_rate_ok(st, sent_at, keep, self.max_batches_per_minute)
         return self.book.rate_ok(st, time.time(), self.max_batches_per_minute)
+
+    def reject_route(self, route: str, reason: str) -> bool:
+        """Charge `route` with a refusal of something nobody inside is provable for."""
+        return self._reject(route, reason)
 
     def _reject(self, key: str, reason: str) -> bool:
         return self.book.reject(key, reason)

@@ -63,6 +63,7 @@ class _LanDial:
     task: asyncio.Task | None
     candidates: list[str]  # HOST:PORT, the most recently advertised first
     failures: int = 0
+    said_goodbye: bool = False  # an mDNS goodbye came: believed once a dial fails
 
 
 class LinkLayer:
@@ -260,6 +261,7 @@ class LinkLayer:
                 self._stats[node_id].via = "lan"
         dial = self._lan_dials.get(node_id)
         if dial is not None:  # a new address for a known id: tried next (it may be the real one)
+            dial.said_goodbye = False
             if target in dial.candidates:
                 dial.candidates.remove(target)
             dial.candidates.insert(0, target)
@@ -276,9 +278,14 @@ class LinkLayer:
         entry.task = asyncio.get_running_loop().create_task(self._lan_dial_loop(node_id, entry))
 
     def _on_lost(self, node_id: str) -> None:
-        dial = self._lan_dials.pop(node_id, None)
-        if dial:
-            self._cancel(dial)
+        """An mDNS goodbye for this id. Anyone on the LAN can send one (unsigned), so it does
+        not end the dial loop at once: the loop stops the next time a dial fails. A peer that
+        really left is forgotten after one refused dial; a live one spoofed away is redialed
+        when its link drops, as before."""
+        dial = self._lan_dials.get(node_id)
+        if dial is not None:
+            dial.said_goodbye = True
+            self.counters["lan_goodbyes"] += 1
         with self._lock:
             self._lan.discard(node_id)
 
@@ -301,6 +308,11 @@ class LinkLayer:
                 entry.failures = 0
                 continue
             entry.failures += 1
+            if entry.said_goodbye:  # it said goodbye and does not answer: it left
+                if self._lan_dials.get(node_id) is entry:
+                    del self._lan_dials[node_id]
+                self._notify()
+                return
             if entry.candidates and entry.candidates[0] == target:
                 entry.candidates.append(entry.candidates.pop(0))
             self._notify()
@@ -428,7 +440,9 @@ class LinkLayer:
             return ws
         except (ConnectionError, RuntimeError):
             return ws
-        self.guard.promote(request.transport)
+        if not self.guard.promote(request.transport):  # its address holds its ceiling
+            await _bye(session, ws, "busy", "too many links from this address.")
+            return ws
         node_id = session.hello.node_id
         with self._lock:
             via = "lan" if node_id in self._lan else "manual"

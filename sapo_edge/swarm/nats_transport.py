@@ -3,8 +3,10 @@ through a NATS server or cluster (nats-py, the official client), on subjects der
 room's relay route id, sharded so a node's inbound stays under its budget (shards.py). What
 arrives goes through the same Intake as websocket links: every check, limit and counted
 rejection applies unchanged, charged to the route 'relay:<url>' when the signer is not provably
-at fault. On top, per round: at most `budget_groups` messages opened and groups delivered; the
-rest is shed unopened (counted). Clients reconnect to another server of the cluster on their own.
+at fault. On top, per round: at most `budget_groups` messages verified and groups delivered; the
+rest is shed after the seal check (counted). What does not unseal (junk from anyone with publish rights on
+the server) counts neither against that budget nor in the rate the fan-in is planned from; it is
+capped apart (`junk_bytes_per_s` tried). Clients reconnect to another server of the cluster on their own.
 """
 
 from __future__ import annotations
@@ -12,16 +14,27 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import ssl
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from .batches import MAX_SEALED_BYTES
+from .batches import MAX_SEALED_BYTES, unseal
 from .intake import Intake
-from .shards import FanIn, RateEstimate, ShardPlanner, draw_subtrees, leaf_subject, subtree_subject
+from .protocol import ProtocolError
+from .shards import (
+    FanIn,
+    RateEstimate,
+    ShardPlanner,
+    draw_subtrees,
+    leaf_subject,
+    room_subject,
+    subtree_subject,
+)
 
 SCHEMES = ("nats", "tls")
+CLASS_PREFIX = "sapo-class"  # members' stats: f"{CLASS_PREFIX}.{relay_id}", outside the tree
 ENV_USER, ENV_PASSWORD, ENV_TOKEN, ENV_CA = (
     "SAPO_EDGE_NATS_USER",
     "SAPO_EDGE_NATS_PASSWORD",
@@ -64,6 +77,30 @@ def nats_servers(url: str) -> list[str]:
     return servers
 
 
+def class_subject(relay_id: str) -> str:
+    return f"{CLASS_PREFIX}.{relay_id}"
+
+
+def room_subjects(relay_id: str) -> list[str]:
+    """Every subject a room's nodes publish and subscribe to: its sharded tree and its class's
+    stats subject (what a per-room NATS user must be allowed, and no more)."""
+    return [f"{room_subject(relay_id)}.>", class_subject(relay_id)]
+
+
+def nats_user_entry(relay_id: str, user: str) -> str:
+    """A nats-server `users` entry that confines `user` to one room's subjects; its password
+    comes from the server's environment (the variable is named in the entry)."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", user):
+        raise ValueError(f"{user!r}: a NATS user name here is 1-32 of a-z, 0-9 and '-'.")
+    var = "NATS_ROOM_" + user.upper().replace("-", "_") + "_PASSWORD"
+    subjects = "[" + ", ".join(f'"{s}"' for s in room_subjects(relay_id)) + "]"
+    return (
+        f"  {{ user: {user}, password: ${var},\n"
+        f"    permissions: {{ publish: {subjects},\n"
+        f"                   subscribe: {subjects} }} }}"
+    )
+
+
 def redact(url: str) -> str:
     """The URL without any user:password@ part (for messages)."""
     scheme, sep, rest = url.partition("://")
@@ -99,6 +136,7 @@ class NatsRoute:
         ping_interval: float = 10.0,
         connect_timeout: float = 5.0,
         pending_bytes: int = 64 << 20,
+        junk_bytes_per_s: int = 16 << 20,
         log: Callable[[str], None] = print,
         rng: random.Random | None = None,
         nc=None,
@@ -116,6 +154,7 @@ class NatsRoute:
         self.tick_s, self.reconnect_wait = tick_s, reconnect_wait
         self.ping_interval, self.connect_timeout = ping_interval, connect_timeout
         self.pending_bytes = pending_bytes
+        self.junk_bytes_per_s, self.junk_bytes, self.junk_window = junk_bytes_per_s, 0, -1e9
         self.rng = rng or random.Random(os.urandom(16))
         self.nc = nc  # given: a connection shared by many simulated nodes (bench/scale.py)
         self.shared = nc is not None
@@ -124,14 +163,14 @@ class NatsRoute:
         self.up = False
         self.server = ""  # the server this client is connected to now
         self.round_start = time.monotonic()
-        self.opened = 0  # messages opened this round
+        self.opened = 0  # messages verified this round (within the budget)
         self.groups = 0  # groups delivered this round
         self.batches = 0  # batches delivered this round
-        self.heard = 0  # messages that arrived this round, opened or not
+        self.heard = 0  # messages that unsealed this round, verified or shed
         self.on_batch: Callable[[object, float], None] | None = None  # (batch, arrival time)
         # members' stats for a class view (stats.py): one unsharded subject outside the room's
         # tree, heard only by a node that wants them (the host), never counted in the budget
-        self.stats_subject = f"sapo-class.{relay_id}"  # no room subscription ("sapo.ID.>") matches
+        self.stats_subject = class_subject(relay_id)  # no room subscription ("sapo.ID.>") matches
         self.want_stats = False
         self.stats_listening = False  # the server has the stats subscription
         self._tasks: set[asyncio.Task] = set()
@@ -256,7 +295,9 @@ class NatsRoute:
                 await nc.subscribe(
                     subject,
                     cb=self._on_msg,
-                    pending_msgs_limit=max(64, 4 * self.planner.budget_groups),
+                    # a burst of junk must not overflow the queue before it is tried (and
+                    # dropped); memory is bounded by the bytes limit
+                    pending_msgs_limit=max(4096, 4 * self.planner.budget_groups),
                     pending_bytes_limit=per_sub,
                 )
             )
@@ -295,18 +336,39 @@ class NatsRoute:
         self.intake.accept(self.key, "relay", msg.data, stats_only=True)
 
     async def _on_msg(self, msg) -> None:
+        """Only what unseals (a room member made it) counts: in the rate the fan-in is planned
+        from, and against the round's budget of messages verified (over it, the rest is shed
+        after the seal check, before any parsing or signature check). Junk (anyone with
+        publish rights on the server can send it) is charged to the route and capped apart:
+        once `junk_bytes_per_s` of it was tried within a second, the rest of that second is
+        dropped unopened."""
         data = msg.data
-        self.estimate.arrived()
+        now = time.monotonic()
         with self.lock:
-            self.heard += 1
             self.counters["nats_in_msgs"] += 1
             self.counters["nats_in_bytes"] += len(data)
+            if now - self.junk_window >= 1.0:
+                self.junk_window, self.junk_bytes = now, 0
+            if self.junk_bytes >= self.junk_bytes_per_s:
+                self.counters["nats_junk_shed"] += 1  # a junk flood: this second, unopened
+                return
+        try:
+            envelope = unseal(self.intake.verifier.keys, data)
+        except ProtocolError as e:
+            with self.lock:
+                self.junk_bytes += len(data)
+                self.counters["nats_junk"] += 1
+            self.intake.reject_route(self.key, e.reason)
+            return
+        self.estimate.arrived()  # a member's message: it counts in the room's rate, shed or not
+        with self.lock:
+            self.heard += 1
             budget = self.planner.budget_groups
             if self.opened >= budget or self.groups >= budget:
-                self.counters["nats_shed"] += 1  # this round's budget is spent: never opened
+                self.counters["nats_shed"] += 1  # this round's budget is spent: not verified
                 return
             self.opened += 1
-        got = self.intake.accept_verified(self.key, "relay", data)
+        got = self.intake.accept_unsealed(self.key, "relay", envelope)
         if got is not None and got is not True:
             with self.lock:
                 self.groups += got.groups

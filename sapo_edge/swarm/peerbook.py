@@ -16,6 +16,7 @@ from sapo_edge.textsafe import clean
 from .identity import name_for_id
 from .peers import PeerInfo
 from .protocol import Auth
+from .signed_rate import SignedWindow
 
 _DERIVED = re.compile(r"[a-z]+-[a-z]+-[0-9a-f]{4}")
 
@@ -35,6 +36,7 @@ class PeerStats:
     reasons: Counter = field(default_factory=Counter)
     recent: deque = field(default_factory=deque)  # times of recent rejections
     batches: deque = field(default_factory=deque)  # times of recent batches (rate limit)
+    signed: SignedWindow | None = None  # signed times of those that came by a relay
     muted_until: float = 0.0
     mutes: int = 0
 
@@ -121,6 +123,13 @@ class PeerBook:
                 return False
             st.batches.append(now)
             return True
+
+    def signed_rate_ok(self, st: PeerStats, sent_at: float, keep_s: float, per_minute: int) -> bool:
+        """rate_ok() by the signed time of a batch that came through a relay (signed_rate)."""
+        with self.changed:
+            if st.signed is None:
+                st.signed = SignedWindow(keep_s)
+            return st.signed.admit(sent_at, time.time(), per_minute)
 
     def peers(self) -> list[PeerInfo]:
         now = time.time()

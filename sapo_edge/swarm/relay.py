@@ -1,8 +1,9 @@
 """`sapo-edge relay`: forwards sealed rollout batches among the nodes of a room, for nodes that
 cannot see each other on a LAN. It knows no room key: it routes ciphertext by an opaque route id
 and learns only sizes and timing; it cannot read, forge or inject (the nodes check seals and
-signatures). It bounds everything: connections per IP and in total before any HTTP is parsed,
-handshake deadline and size, message size, per-node rate and bytes, per-client queues.
+signatures). It bounds everything: connections in total and handshakes per IP before any HTTP
+is parsed, authenticated links per IP, handshake deadline and size, message size, per-node rate
+and bytes, per-client queues.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ class RelayLimits:
     max_message_bytes: int = MAX_FRAME_BYTES
     messages_per_minute: int = 120  # per node
     bytes_per_minute: int = 32 << 20  # per node
-    connections_per_ip: int = 16
+    # authenticated links from one address: a class behind one school NAT is one address
+    # (pending handshakes per address are capped apart, at pending_per_ip)
+    connections_per_ip: int = 256
     connections_total: int = 1024
     pending_total: int = 64  # handshakes in flight; the oldest is dropped to make room
     pending_per_ip: int = 8
@@ -147,7 +150,11 @@ class Relay:
             except HandshakeError as e:
                 await self._count(f"rejected:{known_reason(e.reason)}")
                 return ws
-            self.guard.promote(request.transport)
+            if not self.guard.promote(request.transport):  # its address holds its ceiling
+                await session.channel.send(
+                    KIND_MESSAGE, make_bye("busy", "too many links from this address.")
+                )
+                return ws
             await self._serve_client(ws, session, ip)
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass

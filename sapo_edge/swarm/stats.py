@@ -31,6 +31,7 @@ from .protocol import (
     load,
 )
 from .roomkey import RoomKeys
+from .signed_rate import SignedWindow
 
 ROLES = ("member", "baseline")  # baseline: trains alone (J=0) as the class's solo reference
 MAX_PRODUCERS = 64  # producers one round's "learned from" may name
@@ -233,13 +234,22 @@ class StatsVerifier:
         self.max_seen, self.max_senders = max_seen, max_senders
         self.seen: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.rates: OrderedDict[str, deque] = OrderedDict()
+        self.signed: OrderedDict[str, SignedWindow] = OrderedDict()
 
     def remember(self, sender: str, stats_id: str, route: str) -> None:
         self.seen[(sender, stats_id)] = route
         while len(self.seen) > self.max_seen:
             self.seen.popitem(last=False)
 
-    def _rate_ok(self, sender: str, now: float) -> bool:
+    def _rate_ok(self, sender: str, now: float, sent_at: float, relay: bool) -> bool:
+        """Within the sender's stats per minute? Through a relay by the signed sent_at (a relay
+        that delays and bunches them cannot move it), else by arrival."""
+        if relay:
+            window = self.signed.pop(sender, None) or SignedWindow(self.window_s + 60.0)
+            self.signed[sender] = window
+            while len(self.signed) > self.max_senders:
+                self.signed.popitem(last=False)
+            return window.admit(sent_at, now, self.per_minute)
         times = self.rates.pop(sender, None) or deque()
         self.rates[sender] = times  # most recent last; the longest silent is forgotten first
         while len(self.rates) > self.max_senders:
@@ -278,7 +288,7 @@ class StatsVerifier:
             raise BatchRejected(
                 "expired", f"the stats were sent over {self.window_s:.0f} s from now (clock skew?)."
             )
-        if not self._rate_ok(msg.sender, now):
+        if not self._rate_ok(msg.sender, now, sent_at, route.startswith("relay:")):
             raise BatchRejected("rate_limited", "over its stats per minute.", msg.sender)
         try:
             rounds = tuple(RoundStats.from_json(r) for r in body["rounds"])
