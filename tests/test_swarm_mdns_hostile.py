@@ -1,14 +1,13 @@
 """mDNS adverts from a hostile host on the LAN, in a network namespace this test creates (Linux,
-root, `ip`; skipped otherwise): two nodes of a room discover each other over a veth link, and a
-host in another namespace (tests/mdns_attacker.py) sends crafted answers onto it: goodbyes for
-the real nodes, 300 fake nodes of the room, an advert pointing at this laptop's loopback."""
+root, `ip`; skipped otherwise with the reason; marked netns like test_chaos_lan: `make chaos`):
+two nodes of a room discover each other over a veth link, and a host in another namespace
+(tests/mdns_attacker.py) sends crafted answers onto it: goodbyes for the real nodes, 300 fake
+nodes of the room, an advert pointing at this laptop's loopback."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +21,12 @@ from swarm_util import net
 from sapo_edge.swarm.discovery import MAX_FOUND
 from sapo_edge.swarm.links import MAX_LAN_DIALS
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from chaos_lan import can_netns  # noqa: E402
+
 ATTACKER = Path(__file__).with_name("mdns_attacker.py")
+pytestmark = pytest.mark.netns
 
 
 def _ip(*args: str) -> None:
@@ -32,8 +36,9 @@ def _ip(*args: str) -> None:
 @pytest.fixture
 def veth_lan():
     """(this side's address, the hostile host's address, its namespace), torn down after."""
-    if sys.platform != "linux" or shutil.which("ip") is None or os.geteuid() != 0:
-        pytest.skip("needs Linux, root and `ip` to make a network namespace")
+    why = can_netns()
+    if why:
+        pytest.skip(why)
     tag = uuid.uuid4().hex[:6]
     ns, here_if, there_if = f"sapo-evil-{tag}", f"sapoh{tag}", f"sapoe{tag}"
     octet = int(tag[:2], 16) % 250 + 1
