@@ -103,3 +103,31 @@ def test_a_member_cannot_name_itself_into_the_hosts_row() -> None:
     board.record(C, stats(0, "  (HOST) [baseline] "))
     names = {m.node_id: m.name for m in board.snapshot().members}
     assert names == {A: f"Ms Smith#{A[:6]}", B: f"Ms Smith#{B[:6]}", C: name_for_id(C)}
+
+
+def test_a_member_has_a_row_from_its_first_progress_and_it_says_what_it_does(tmp_path) -> None:
+    """A row from a member's progress alone (its first round not done yet), not saved in
+    class.jsonl; its state follows the newest of its progress and its rounds."""
+    from sapo_edge.swarm.progress import Progress
+
+    now = [100.0]
+    board = ClassBoard(tmp_path / "class.jsonl", clock=lambda: now[0])
+    board.record_progress(A, Progress("loading", rounds=20, name="ada", model="m"))
+    (row,) = board.snapshot().members
+    assert (row.name, row.state, row.rounds, row.recent_reward) == (
+        "ada",
+        "loading the model",
+        0,
+        None,
+    )
+    now[0] = 101.0
+    board.record_progress(A, Progress("generating", 0, 20, 12, 48, "ada", "m", "torch", "cpu"))
+    assert board.snapshot().members[0].state == "round 1 · generating 25%"
+    now[0] = 102.0
+    board.record(A, stats(0, "ada"))
+    assert board.snapshot().members[0].state == "round 1 done"
+    now[0] = 103.0
+    board.record_progress(A, Progress("training", 1, 20, 1, 4, "ada", "m", "torch", "cpu"))
+    row = board.snapshot().members[0]
+    assert (row.state, row.rounds, row.backend) == ("round 2 · training 25%", 1, "torch · cpu")
+    assert len((tmp_path / "class.jsonl").read_text().splitlines()) == 1  # rounds only

@@ -10,6 +10,7 @@ count below is certain; tests/test_classroom_cli.py runs the same on the tiny mo
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import pytest
@@ -161,7 +162,7 @@ def class_view_rows(host: ClassHost) -> set[tuple[str, str, str]]:
             table = app.query_one(MembersTable)
             for i in range(table.row_count):
                 cells = table.get_row_at(i)
-                rows.add((cells[0].plain, str(cells[3]), str(cells[6])))
+                rows.add((cells[0].plain, str(cells[4]), str(cells[7])))
 
     asyncio.run(look())
     return rows
@@ -346,3 +347,64 @@ def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
             joined.transport.close()
         h.close()
         server.stop()
+
+
+class _HoldTraining(Quiet):
+    """Holds its round at the training phase until `go` is set (bounded), so the test can look
+    at the class while the round is under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def on_phase(self, node, phase) -> None:
+        if phase == "training":
+            self.go.wait(20)
+
+
+def _row(host: ClassHost, node_id: str):
+    return next((m for m in host.board.snapshot().members if m.node_id == node_id), None)
+
+
+def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp_path) -> None:
+    """Issue 28: the board showed nobody until a member's first round ended (minutes on a busy
+    laptop). From the moment its network starts (before its model loads) a student has a row
+    that says what it is doing, from its signed progress messages; the header counts it on the
+    path that carries it."""
+    j = student(host, tmp_path, "ada")
+    j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
+    me = j.transport.ident.node_id
+    j.start_network()  # what `join` does before loading the model
+    try:
+        assert host.transport.wait_for(
+            lambda: getattr(_row(host, me), "state", "") == "loading the model", 10
+        ), host.board.snapshot().members
+        row = _row(host, me)
+        assert row.name == "ada" and row.rounds == 0 and row.recent_reward is None
+        linked(j)
+        assert host.describe().startswith(
+            "1 member · 1 linked directly (1 manual), 0 via the relay"
+        )
+        inner = _HoldTraining()
+        node = node_of(j.cfg, j.transport, "ada", j.callback(inner))
+        worker = threading.Thread(target=node.run_round, daemon=True)
+        worker.start()
+        try:  # its first round is under way: the row says so
+            assert host.transport.wait_for(
+                lambda: getattr(_row(host, me), "state", "") == "round 1 · training", 10
+            ), _row(host, me)
+            assert _row(host, me).rounds == 0
+        finally:
+            inner.go.set()
+            worker.join(30)
+        assert host.transport.wait_for(
+            lambda: (
+                getattr(_row(host, me), "state", "").startswith("round 1 done")
+                or getattr(_row(host, me), "rounds", 0) == 1
+            ),
+            10,
+        )
+        assert host.transport.counters["progress_delivered"] >= 2
+        assert not any(k.startswith("rejected:stats_") for k in host.transport.counters)
+    finally:
+        j.transport.close()

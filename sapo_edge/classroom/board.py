@@ -1,6 +1,8 @@
 """The host's record of the class: every member's verified (signed, but self-reported) per-round
 figures, kept by node id so a member that leaves and comes back keeps its row; appended to
-class.jsonl in the run folder; and snapshots of plain values for the views and the report.
+class.jsonl in the run folder; what each member says it is doing now (its progress: a row from
+the moment it is in the room, before its first round ends; not saved); and snapshots of plain
+values for the views and the report.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from ..swarm.identity import name_for_id
 from ..swarm.peerbook import peer_name
+from ..swarm.progress import Progress
 from ..swarm.protocol import ProtocolError
 from ..swarm.stats import RoundStats
 from ..textsafe import clean
@@ -55,7 +58,8 @@ class MemberRow:
     aha: int
     received_here: int | None  # groups the host itself verified from it (None: the host, or
     # a board read back from class.jsonl without the host's counts)
-    last_seen: float  # unix time of its newest figures
+    last_seen: float  # unix time of its newest figures or progress
+    state: str = ""  # what it says it is doing: 'round 3 · generating 40%', 'round 2 done'
 
 
 @dataclass(frozen=True)
@@ -82,11 +86,25 @@ class ClassSnapshot:
 @dataclass
 class _Member:
     node_id: str
-    latest: RoundStats
+    latest: RoundStats | None  # its newest round's figures (None: only its progress so far)
     rounds: dict[int, RoundStats] = field(default_factory=dict)
     last_seen: float = 0.0
     records: int = 0  # figures recorded (new rounds and reports of a round again)
     saved_bytes: int = 0  # its lines in class.jsonl
+    progress: Progress | None = None  # what it said it is doing, at progress_at
+    progress_at: float = 0.0
+    round_at: float = 0.0  # when its newest round's figures arrived
+
+    def claimed(self) -> Progress | RoundStats:
+        """Its newest claim with a name, model and backend (a round's figures, or its progress)."""
+        if self.latest is None or (self.progress is not None and self.progress_at > self.round_at):
+            return self.progress or self.latest  # type: ignore[return-value]
+        return self.latest
+
+    def state(self) -> str:
+        if self.latest is not None and (self.progress is None or self.round_at >= self.progress_at):
+            return f"round {self.latest.round + 1} done"
+        return self.progress.describe() if self.progress is not None else ""
 
 
 class ClassBoard:
@@ -121,17 +139,16 @@ class ClassBoard:
         False when the board is full of other members."""
         at = self.clock() if at is None else at
         with self._lock:
-            m = self.members.get(sender)
+            m = self._row(sender)
             if m is None:
-                if len(self.members) >= self.max_members:
-                    self.dropped["board_full"] += 1
-                    return False
-                m = self.members[sender] = _Member(sender, stats)
+                return False
             if m.records >= REPORTS_PER_ROUND * self.max_rounds:
                 self.dropped["member_over_records"] += 1
                 return False
             m.records += 1
-            m.latest, m.last_seen = stats, max(m.last_seen, at)
+            if m.latest is None or stats.round >= m.latest.round:
+                m.latest, m.round_at = stats, at
+            m.last_seen = max(m.last_seen, at)
             self.total_rounds += stats.round not in m.rounds
             m.rounds[stats.round] = stats
             while len(m.rounds) > self.max_rounds:
@@ -156,13 +173,46 @@ class ClassBoard:
             self.on_change()
         return True
 
+    def _row(self, sender: str) -> _Member | None:
+        """The sender's row, a new one when there is room (lock held); None: the board is full."""
+        m = self.members.get(sender)
+        if m is None:
+            if len(self.members) >= self.max_members:
+                self.dropped["board_full"] += 1
+                return None
+            m = self.members[sender] = _Member(sender, None)
+        return m
+
+    def record_progress(self, sender: str, progress: Progress, at: float | None = None) -> bool:
+        """What `sender` says it is doing now (kept in memory only); False when the board is
+        full of other members."""
+        at = self.clock() if at is None else at
+        with self._lock:
+            m = self._row(sender)
+            if m is None:
+                return False
+            if at >= m.progress_at:
+                m.progress, m.progress_at = progress, at
+            m.last_seen = max(m.last_seen, at)
+        if self.on_change is not None:
+            self.on_change()
+        return True
+
+    def heard_since(self, since: float) -> list[str]:
+        """The node ids whose figures or progress arrived after `since` (unix time)."""
+        with self._lock:
+            return [k for k, m in self.members.items() if m.last_seen > since]
+
     def _forget_oldest(self, m: _Member) -> None:
         del m.rounds[min(m.rounds)]
         self.total_rounds -= 1
 
     def on_stats(self, verified: Any) -> None:
         """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
-        is kept unless its figures changed)."""
+        is kept unless its figures changed), or what it is doing now."""
+        if verified.progress is not None:
+            self.record_progress(verified.sender, verified.progress)
+            return
         for stats in verified.rounds:
             with self._lock:
                 m = self.members.get(verified.sender)
@@ -198,6 +248,7 @@ class ClassBoard:
         with self._lock:
             members = list(self.members.values())
             rounds = {m.node_id: dict(m.rounds) for m in members}
+            claims = {m.node_id: (m.claimed(), m.state()) for m in members}
         matrix: dict[str, dict[str, tuple[int, int]]] = {}
         ids = {m.node_id for m in members}
         for learner, by_round in rounds.items():
@@ -213,17 +264,17 @@ class ClassBoard:
             rewards = [s.reward for s in ordered]
             curves[m.node_id] = [(s.round + 1, s.reward) for s in ordered]
             given = matrix.get(m.node_id, {}).values()
-            s = m.latest
+            s, state = claims[m.node_id]
             rows.append(
                 MemberRow(
                     node_id=m.node_id,
                     name=names[m.node_id],
-                    backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}",
+                    backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}" if s.backend else "",
                     model=clean(s.model, 120),
                     role=s.role,
                     is_host=m.node_id == self.host_id,
                     rounds=len(ordered),
-                    last_round=ordered[-1].round,
+                    last_round=ordered[-1].round if ordered else -1,
                     rewards=rewards,
                     recent_reward=statistics.fmean(rewards[-RECENT:]) if rewards else None,
                     shared=sum(x.shared for x in ordered),
@@ -234,6 +285,7 @@ class ClassBoard:
                     if m.node_id == self.host_id or self.received is None
                     else int(received.get(m.node_id, 0)),
                     last_seen=m.last_seen,
+                    state=clean(state, 60),
                 )
             )
         return ClassSnapshot(
@@ -255,7 +307,7 @@ def _display_names(members: list[_Member]) -> dict[str, str]:
     """Announced names made safe (a copied derived name shows the sender's own; the views'
     row marks are not part of a name); two members showing one name are told apart by ids."""
     names = {
-        m.node_id: _MARKS.sub("", peer_name(m.latest.name, m.node_id)).strip()
+        m.node_id: _MARKS.sub("", peer_name(m.claimed().name, m.node_id)).strip()
         or name_for_id(m.node_id)
         for m in members
     }

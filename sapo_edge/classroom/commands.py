@@ -186,6 +186,9 @@ class RoundLines:
         for m in snap.members:
             if self.shown.get(m.node_id) != (m.rounds, m.last_round):
                 self.shown[m.node_id] = (m.rounds, m.last_round)
+                if not m.rounds:  # in the room, its first round under way
+                    self.say(f"class: {clean(m.name, 24)} is in · {clean(m.state, 60)}")
+                    continue
                 reward = "-" if m.recent_reward is None else f"{m.recent_reward:.3f}"
                 self.say(
                     f"class: {clean(m.name, 24)} round {m.last_round + 1} · reward (last 5) "
@@ -238,6 +241,7 @@ def join_command(args: argparse.Namespace) -> int:
         say=lambda text: _say(f"{name:>8} {text}"),
         warn=lambda title, remedy: _say(f"{name:>8} {title}: {remedy}"),
     ).start()
+    joined.start_network()  # the class sees this laptop while its model loads
     try:
         return run_headless(joined.cfg, transport=joined.transport, wrap=joined.callback)
     finally:

@@ -12,6 +12,7 @@ import json
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,18 +318,38 @@ class ClassHost:
         return {p.node_id: p.accepted for p in self.transport.peers()}
 
     def describe(self) -> str:
-        """'4 members · relay :7745 · 2 peers connected ...' for the header."""
+        """'4 members · 2 linked directly (2 lan), 1 via the relay · relay up' for the header:
+        the members on the board, and the paths that carry them (every count from the same
+        moment: a member linked directly is not also counted as heard through the relay)."""
         t = self.transport
         n = len(self.board.members) if self.board is not None else 0
-        where = t.describe() if t is not None else "not started"
-        return f"{n} member{'s' if n != 1 else ''} · {where}"
+        members = f"{n} member{'s' if n != 1 else ''}"
+        if t is None or self.board is None:
+            return f"{members} · not started"
+        recent = time.time() - 300.0
+        direct = {
+            p.node_id: p.connection for p in t.peers() if p.connected and p.connection != "relay"
+        }
+        own = t.ident.node_id
+        heard = [k for k in self.board.heard_since(recent) if k != own and k not in direct]
+        vias = Counter(direct.values())
+        parts = [f"{len(direct)} linked directly"]
+        if vias:
+            parts[0] += " (" + ", ".join(f"{c} {v}" for v, c in sorted(vias.items())) + ")"
+        relay_up = any(k.startswith("relay:") for k in t.connected())
+        parts.append(f"{len(heard)} via the relay" if relay_up else "relay down")
+        return f"{members} · {', '.join(parts)} · listening on :{t.port}"
 
     # ------------------------------------------------------------------ training
     def member_callback(self, inner: Any) -> ClassMember:
         """The host's own node reports like any member (and straight onto its board)."""
         assert self.transport is not None and self.board is not None
         return ClassMember(
-            inner, self.transport.publish_stats, local=self.board.record, log=self.log
+            inner,
+            self.transport.publish_stats,
+            local=self.board.record,
+            log=self.log,
+            local_progress=self.board.record_progress,
         )
 
     def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:

@@ -19,10 +19,11 @@ from ..config import Config, ConfigError
 from ..swarm.admission import AdmissionError, Grant, join_room
 from ..swarm.identity import Identity
 from ..swarm.network import NetworkTransport
+from ..swarm.progress import Progress
 from ..swarm.roomkey import room_keys
 from ..textsafe import clean
 from .code import JoinCode, parse_code
-from .member import ClassMember
+from .member import ClassMember, printable
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
 
 NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
@@ -96,11 +97,34 @@ class Joined:
         return f"{self.code.host}:{self.invite.node_port}"
 
     def callback(self, inner: Any) -> ClassMember:
-        """The trainer callback that reports this laptop's rounds to the class; before its
-        first round it waits (FIRST_LINK_WAIT at most) for a path to the class, so that
-        round's rollouts reach the others."""
+        """The trainer callback that reports this laptop's rounds (and what it is doing) to the
+        class; before its first round it waits (FIRST_LINK_WAIT at most) for a path to the
+        class, so that round's rollouts reach the others."""
         return ClassMember(
-            inner, self.transport.publish_stats, role=self.role, first_link=self.wait_for_class
+            inner,
+            self.transport.publish_stats,
+            role=self.role,
+            first_link=self.wait_for_class,
+            progress=self.transport.publish_progress,
+        )
+
+    def start_network(self) -> None:
+        """Join the class's network now, before the model loads (minutes on a laptop), and say
+        so: the class view shows this laptop as loading its model from the start. A network
+        that cannot start here is started (and its error shown) by the run, as before."""
+        try:
+            self.transport.start()
+        except Exception:  # noqa: BLE001 - run_single starts it again and reports the error
+            self.transport._thread = None
+            return
+        self.transport.publish_progress(
+            Progress(
+                "loading",
+                rounds=self.cfg.rounds,
+                name=printable(self.cfg.name, 40),
+                model=printable(self.cfg.model, 120),
+                role=self.role,
+            )
         )
 
     def wait_for_class(self, timeout: float = FIRST_LINK_WAIT) -> bool:

@@ -17,6 +17,7 @@ def run_join_dashboard(joined: Joined) -> int:
 
         for note in joined.notes:
             log(f"room: {note}")
+        joined.start_network()  # the class sees this laptop while its model loads
         watcher = PathWatcher(
             joined,
             say=lambda text: callback.on_message(cfg.name, text),

@@ -59,6 +59,7 @@ class JoinPanel(Horizontal):
 class MembersTable(DataTable):
     COLUMNS = (
         "member",
+        "doing",
         "backend",
         "model",
         "rounds",
@@ -85,6 +86,7 @@ class MembersTable(DataTable):
             reward = "-" if m.recent_reward is None else f"{m.recent_reward:.2f}"
             self.add_row(
                 _name(m),
+                Text(clean(m.state, 24)),
                 Text(clean(m.backend, 14)),
                 Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14)),
                 str(m.rounds),
@@ -97,7 +99,7 @@ class MembersTable(DataTable):
                 ago(snap.now - m.last_seen),
             )
         if not snap.members:
-            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *[""] * 9)
+            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *[""] * 10)
 
 
 class ClassChart(Vertical):
@@ -151,7 +153,8 @@ class LearnedMatrix(DataTable):
 
     def show(self, snap: ClassSnapshot) -> None:
         self.clear(columns=True)
-        members = [m for m in snap.members if m.role != "baseline"]  # it exchanges nothing
+        # a baseline exchanges nothing; a member before its first round has nothing to show yet
+        members = [m for m in snap.members if m.role != "baseline" and m.rounds]
         self.add_column(Text("from \\ to"))
         for m in members:
             self.add_column(Text(clean(m.name, 7)))

@@ -55,7 +55,8 @@ function renderMembers(members) {
     const tr = el("tr");
     if (m.is_host) tr.className = "host";
     if (m.role === "baseline") tr.className = "baseline";
-    tr.append(el("td", m.name), el("td", m.backend), el("td", m.model.split("/").pop()),
+    tr.append(el("td", m.name), el("td", m.state || ""), el("td", m.backend),
+              el("td", m.model.split("/").pop()),
               el("td", m.rounds, "num"), el("td", fixed(m.recent_reward), "num"));
     const t = el("td");
     t.appendChild(spark(m.rewards));
@@ -67,7 +68,7 @@ function renderMembers(members) {
   if (!rows.length) {
     const tr = el("tr");
     const td = el("td", "nobody yet: students run sapo-edge join CODE");
-    td.colSpan = 10;
+    td.colSpan = 11;
     tr.appendChild(td);
     rows.push(tr);
   }
@@ -125,8 +126,9 @@ function renderChart(data) {
 }
 
 function renderMatrix(data) {
-  const names = data.members.map((m) => m.name);
-  const ids = data.members.map((m) => m.node_id);
+  const shown = data.members.filter((m) => m.rounds > 0);  // joined, no round yet: nothing to show
+  const names = shown.map((m) => m.name);
+  const ids = shown.map((m) => m.node_id);
   const head = el("tr");
   head.appendChild(el("th", "from \\ to"));
   for (const n of names) head.appendChild(el("th", cut(n, 14), "learner"));
