@@ -131,3 +131,24 @@ def test_a_member_has_a_row_from_its_first_progress_and_it_says_what_it_does(tmp
     row = board.snapshot().members[0]
     assert (row.state, row.rounds, row.backend) == ("round 2 · training 25%", 1, "torch · cpu")
     assert len((tmp_path / "class.jsonl").read_text().splitlines()) == 1  # rounds only
+
+
+def test_a_full_board_gives_a_verified_member_the_row_of_the_longest_silent_unverified() -> None:
+    """Rows on a full board: a member the host verified groups from takes the row of the
+    longest silent member it never verified anything from; the host's own row and verified
+    rows stay; an unverified newcomer is refused (counted)."""
+    now, verified = [0.0], {B: 3}
+    board = ClassBoard(
+        host_id=A, received=lambda: dict(verified), max_members=3, clock=lambda: now[0]
+    )
+    for k, who in enumerate((A, B, C)):
+        now[0] = k
+        board.record(who, stats(0, f"m{k}"))
+    D, E = "d" * 32, "e" * 32
+    assert not board.record(D, stats(0, "dee"))  # unverified: the board stays as it is
+    verified[D] = 1
+    assert board.record(D, stats(0, "dee"))  # C: the only row the host never verified
+    assert set(board.members) == {A, B, D} and board.total_rounds == 3
+    verified[E] = 1
+    assert not board.record(E, stats(0, "eve"))  # every other row is verified (or the host)
+    assert board.dropped == {"board_full": 2, "evicted_unverified": 1}

@@ -408,3 +408,61 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         assert not any(k.startswith("rejected:stats_") for k in host.transport.counters)
     finally:
         j.transport.close()
+
+
+def test_a_flood_of_fresh_identities_cannot_keep_a_later_student_off_the_board(
+    host, tmp_path
+) -> None:
+    """Issue 31 #2: with the code, anyone can sign stats under fresh identities; 256 of them
+    through the host's relay filled the board (first come, first served) and every later student
+    was verified but never shown (board_full). A student whose groups the host verified takes
+    the row of a member the host never verified anything from."""
+    import asyncio
+
+    from swarm_util import connect
+
+    from sapo_edge.swarm.batches import seal
+    from sapo_edge.swarm.stats import RoundStats, make_stats
+
+    keys = host.transport.keys
+    relay = f"ws://127.0.0.1:{host.services.relay_port}"
+    assert host.transport.wait_for(lambda: f"relay:{relay}" in host.transport.connected(), 10)
+    fake = RoundStats(0, 1.0, 0, 0, 0, 0, {}, "fake", "m", "torch", "cpu")
+
+    async def flood() -> None:
+        clients = [await connect(relay, Identity.generate(), keys, relay=True) for _ in range(3)]
+        try:
+            sent = 0
+            while len(host.board.members) < host.board.max_members:
+                for c in clients:  # the relay takes 120 a minute from each
+                    for _ in range(10):
+                        await c.send_sealed(
+                            seal(keys, make_stats(Identity.generate(), keys, fake)[0])
+                        )
+                        sent += 1
+                await asyncio.to_thread(
+                    host.transport.wait_for,
+                    lambda s=sent: host.transport.counters["stats_delivered"] >= s - 20,
+                    10,
+                )
+                assert sent < 330, f"the board never filled: {len(host.board.members)}"
+        finally:
+            for c in clients:
+                await c.close()
+
+    asyncio.run(flood())
+    assert len(host.board.members) == host.board.max_members
+    j = student(host, tmp_path, "ada")
+    me = j.transport.ident.node_id
+    node = node_of(j.cfg, j.transport, "ada", j.callback(Quiet()))
+    j.transport.start()
+    try:
+        linked(j)
+        node.run_round()  # shares its groups (the host verifies them), then its figures
+        assert host.transport.wait_for(lambda: me in host.board.members, 10), host.board.dropped
+        row = _row(host, me)
+        assert row.name == "ada" and row.received_here == host.cfg.questions_per_round
+        assert len(host.board.members) == host.board.max_members
+        assert host.board.dropped["evicted_unverified"] == 1
+    finally:
+        j.transport.close()

@@ -110,7 +110,13 @@ class _Member:
 class ClassBoard:
     """Thread-safe: the network loop records, the views take snapshots. `received` (optional)
     gives the groups the host's own transport verified per node id; `on_change` is called after
-    each record (from the recording thread)."""
+    each record (from the recording thread).
+
+    Rows are first come, first served up to `max_members`, but identities are free to anyone
+    with the room key: on a full board, a member whose groups the host has verified takes the
+    row of the longest silent member the host never verified anything from (counted as
+    `evicted_unverified`), so a flood of fresh signed identities cannot keep the class's
+    students off the board (only the host's own transport's counts vouch: a claim cannot)."""
 
     def __init__(
         self,
@@ -138,8 +144,9 @@ class ClassBoard:
         """Keep one round's figures of `sender` (a later report of the same round replaces it);
         False when the board is full of other members."""
         at = self.clock() if at is None else at
+        vouched = self._vouched(sender)
         with self._lock:
-            m = self._row(sender)
+            m = self._row(sender, vouched)
             if m is None:
                 return False
             if m.records >= REPORTS_PER_ROUND * self.max_rounds:
@@ -173,13 +180,36 @@ class ClassBoard:
             self.on_change()
         return True
 
-    def _row(self, sender: str) -> _Member | None:
-        """The sender's row, a new one when there is room (lock held); None: the board is full."""
+    def _vouched(self, sender: str) -> dict[str, int] | None:
+        """The host's verified counts when `sender` would need a row on a full board and the
+        host has verified groups from it (else None); read before the board's lock is taken."""
+        if sender in self.members or len(self.members) < self.max_members or self.received is None:
+            return None
+        try:
+            received = self.received()
+        except Exception:  # noqa: BLE001 - a transport bug: first come, first served
+            return None
+        return received if received.get(sender, 0) > 0 else None
+
+    def _row(self, sender: str, vouched: dict[str, int] | None = None) -> _Member | None:
+        """The sender's row, a new one when there is room (lock held); on a full board a sender
+        the host vouches for (`vouched`: the verified counts) takes the row of the longest
+        silent member it never verified anything from; None: no row for it."""
         m = self.members.get(sender)
         if m is None:
             if len(self.members) >= self.max_members:
-                self.dropped["board_full"] += 1
-                return None
+                unverified = [
+                    x
+                    for k, x in self.members.items()
+                    if vouched is not None and k != self.host_id and vouched.get(k, 0) <= 0
+                ]
+                if not unverified:
+                    self.dropped["board_full"] += 1
+                    return None
+                gone = min(unverified, key=lambda x: x.last_seen)
+                del self.members[gone.node_id]
+                self.total_rounds -= len(gone.rounds)
+                self.dropped["evicted_unverified"] += 1
             m = self.members[sender] = _Member(sender, None)
         return m
 
@@ -187,8 +217,9 @@ class ClassBoard:
         """What `sender` says it is doing now (kept in memory only); False when the board is
         full of other members."""
         at = self.clock() if at is None else at
+        vouched = self._vouched(sender)
         with self._lock:
-            m = self._row(sender)
+            m = self._row(sender, vouched)
             if m is None:
                 return False
             if at >= m.progress_at:
@@ -221,9 +252,12 @@ class ClassBoard:
                 self.record(verified.sender, stats)
 
     @classmethod
-    def load(cls, path: Path, host_id: str = "") -> ClassBoard:
-        """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted."""
-        board = cls(None, host_id=host_id)
+    def load(
+        cls, path: Path, host_id: str = "", received: dict[str, int] | None = None
+    ) -> ClassBoard:
+        """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted.
+        `received`: the host's verified counts (members it vouches for keep their rows)."""
+        board = cls(None, host_id=host_id, received=None if received is None else lambda: received)
         with open(path, encoding="utf-8", errors="replace") as f:  # a torn byte: its line only
             for line in f:
                 try:

@@ -71,9 +71,7 @@ def load_class(
     except (OSError, ValueError):
         info = {}
     host_id = info.get("host_id", "") if isinstance(info.get("host_id"), str) else ""
-    board = ClassBoard.load(path, host_id=host_id)
-    if received is not None:
-        board.received = lambda: received
+    board = ClassBoard.load(path, host_id=host_id, received=received)
     return board.snapshot(), info
 
 
