@@ -152,3 +152,43 @@ def test_a_full_board_gives_a_verified_member_the_row_of_the_longest_silent_unve
     verified[E] = 1
     assert not board.record(E, stats(0, "eve"))  # every other row is verified (or the host)
     assert board.dropped == {"board_full": 2, "evicted_unverified": 1}
+
+
+def big_board(members: int = 256, rounds: int = 8) -> tuple[ClassBoard, list[str]]:
+    ids = [f"{i:032x}" for i in range(members)]
+    board = ClassBoard(host_id=ids[0])
+    for r in range(rounds):
+        for i, me in enumerate(ids):
+            learned = {ids[(i + k) % members]: (1, k % 2) for k in range(1, 9)}
+            board.record(me, stats(r, f"m{i}", trained_external=8, learned=learned))
+    return board, ids
+
+
+def test_a_class_of_256_costs_a_snapshot_only_what_changed_and_the_matrix_is_bounded() -> None:
+    """Issue 31 #3: every second the class view rebuilt every row from every round and an N x N
+    matrix (4.9-6.8 s a refresh at 256 members). Rows are rebuilt only when their member's
+    figures changed, the learned-from counts are kept as rounds arrive (and agree with a count
+    from scratch, a round reported again included), and the matrix holds the most active 16."""
+    from sapo_edge.classroom.board import MATRIX_MEMBERS
+
+    board, ids = big_board()
+    snap = board.snapshot()
+    assert board.row_builds == 256 and len(snap.members) == 256
+    again = board.snapshot()
+    assert board.row_builds == 256 and again.version == snap.version  # nothing changed
+    # a round reported again with other figures replaces its counts
+    board.record(ids[5], stats(7, "m5", trained_external=8, learned={ids[6]: (8, 8)}))
+    snap = board.snapshot()
+    assert board.row_builds == 257  # only that member's row
+    expect: dict[str, list[int]] = {}
+    for m in board.members.values():
+        for s in m.rounds.values():
+            for producer, (t, r) in s.learned.items():
+                pair = expect.setdefault(producer, [0, 0])
+                pair[0], pair[1] = pair[0] + t, pair[1] + r
+    for row in snap.members:
+        assert [row.used_by_others, row.rewarded_by_others] == expect.get(row.node_id, [0, 0])
+    assert len(snap.matrix_ids) == MATRIX_MEMBERS
+    assert set(snap.matrix) <= set(snap.matrix_ids)
+    assert all(set(row) <= set(snap.matrix_ids) for row in snap.matrix.values())
+    assert len(board.snapshot(matrix_members=None).matrix_ids) == 256  # the report: everyone

@@ -128,3 +128,44 @@ def test_a_report_that_fails_does_not_end_the_class(host, monkeypatch) -> None:
         assert app.return_value == "ended"
 
     asyncio.run(drive())
+
+
+def test_a_class_of_256_is_read_off_the_ui_thread_and_redrawn_only_on_change(host) -> None:
+    """Issue 31 #3: the board is read on a worker thread (the keys never wait on it), the
+    learned-from table is bounded, and a refresh with nothing new redraws nothing."""
+    import threading
+
+    from test_class_board import big_board
+
+    from sapo_edge.classroom.board import MATRIX_MEMBERS
+
+    board, _ids = big_board()
+    board.host_id = host.board.host_id
+    host.board = board
+    readers: list[threading.Thread] = []
+    snapshot = board.snapshot
+
+    def counted(*a, **kw):
+        readers.append(threading.current_thread())
+        return snapshot(*a, **kw)
+
+    board.snapshot = counted
+    app, updates = ClassView(host, start=False), []
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            ui = threading.current_thread()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.query_one(MembersTable).row_count == 256
+            assert app.query_one(LearnedMatrix).row_count <= MATRIX_MEMBERS
+            app.on_class_updated = lambda m: updates.append(m)  # count what is posted now
+            for _ in range(3):
+                app.refresh_board()
+                await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert readers and all(t is not ui for t in readers)
+            await pilot.press("q")
+
+    asyncio.run(drive())
+    assert updates == []  # nothing changed: nothing posted, nothing redrawn

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ MAX_ROUNDS = 2_000  # rounds kept per member (the newest)
 MAX_TOTAL_ROUNDS = 20_000  # rounds kept for the whole class (the largest rows give up theirs)
 MEMBER_FILE_BYTES = 2 << 20  # class.jsonl bytes per member (~3,000 honest rounds; 256 members:
 # 512 MiB at most); past it the view still shows its rounds, the file (and report) lacks them
+MAX_LEARNED = 512  # producers one member's "learned from" counts keep (a class has <= 256)
+MATRIX_MEMBERS = 16  # members the views' "who learned from whom" shows (the most active)
 REPORTS_PER_ROUND = 2  # records per member: its rounds kept, twice over (a resumed run redoes a
 # few rounds); past that its figures are refused and counted (an honest member never gets there)
 
@@ -70,6 +72,8 @@ class ClassSnapshot:
     baseline: list[tuple[int, float]]  # mean of the solo baselines per round (empty: none)
     matrix: dict[str, dict[str, tuple[int, int]]]  # producer -> learner -> (trained, rewarded)
     now: float
+    matrix_ids: list[str] = field(default_factory=list)  # the members in `matrix`, in order
+    version: int = 0  # the board's version: equal versions, equal figures (not `now`/received)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for the projector page and class.json (lists, no tuples)."""
@@ -79,6 +83,7 @@ class ClassSnapshot:
             "swarm_mean": [list(p) for p in self.swarm_mean],
             "baseline": [list(p) for p in self.baseline],
             "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
+            "matrix_ids": list(self.matrix_ids),
             "now": self.now,
         }
 
@@ -94,6 +99,9 @@ class _Member:
     progress: Progress | None = None  # what it said it is doing, at progress_at
     progress_at: float = 0.0
     round_at: float = 0.0  # when its newest round's figures arrived
+    learned: dict[str, list[int]] = field(default_factory=dict)  # producer -> [trained,
+    # rewarded] over its rounds since the class began (kept as rounds arrive, not per snapshot)
+    version: int = 0  # bumped on every change (the snapshot rebuilds only changed rows)
 
     def claimed(self) -> Progress | RoundStats:
         """Its newest claim with a name, model and backend (a round's figures, or its progress)."""
@@ -138,6 +146,10 @@ class ClassBoard:
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
         self._lock = threading.Lock()
+        self.version = 0  # bumped on every change
+        self.row_builds = 0  # member rows rebuilt by snapshots (only those that changed)
+        self._rows: dict[str, tuple[_Member, int, _RowParts]] = {}  # id -> (row, version, parts)
+        self._cached: tuple[Any, ...] | None = None  # (version, matrix bound, the figures)
 
     # ------------------------------------------------------------------ recording
     def record(self, sender: str, stats: RoundStats, at: float | None = None) -> bool:
@@ -156,8 +168,12 @@ class ClassBoard:
             if m.latest is None or stats.round >= m.latest.round:
                 m.latest, m.round_at = stats, at
             m.last_seen = max(m.last_seen, at)
-            self.total_rounds += stats.round not in m.rounds
+            old = m.rounds.get(stats.round)
+            self.total_rounds += old is None
             m.rounds[stats.round] = stats
+            self._learn(m, old, stats)
+            m.version += 1
+            self.version += 1
             while len(m.rounds) > self.max_rounds:
                 self._forget_oldest(m)
             while self.total_rounds > self.max_total_rounds:
@@ -213,6 +229,24 @@ class ClassBoard:
             m = self.members[sender] = _Member(sender, None)
         return m
 
+    def _learn(self, m: _Member, old: RoundStats | None, new: RoundStats) -> None:
+        """Keep m's learned-from counts as rounds arrive: a round reported again replaces its
+        counts; at most MAX_LEARNED producers (a hostile learner naming endless ids)."""
+        if old is not None:
+            for producer, (t, r) in old.learned.items():
+                pair = m.learned.get(producer)
+                if pair is not None:
+                    pair[0], pair[1] = max(0, pair[0] - t), max(0, pair[1] - r)
+        for producer, (t, r) in new.learned.items():
+            pair = m.learned.get(producer)
+            if pair is None:
+                if len(m.learned) >= MAX_LEARNED:
+                    self.dropped["learned_over_producers"] += 1
+                    continue
+                pair = m.learned[producer] = [0, 0]
+            pair[0] += t
+            pair[1] += r
+
     def record_progress(self, sender: str, progress: Progress, at: float | None = None) -> bool:
         """What `sender` says it is doing now (kept in memory only); False when the board is
         full of other members."""
@@ -225,6 +259,8 @@ class ClassBoard:
             if at >= m.progress_at:
                 m.progress, m.progress_at = progress, at
             m.last_seen = max(m.last_seen, at)
+            m.version += 1
+            self.version += 1
         if self.on_change is not None:
             self.on_change()
         return True
@@ -237,6 +273,7 @@ class ClassBoard:
     def _forget_oldest(self, m: _Member) -> None:
         del m.rounds[min(m.rounds)]
         self.total_rounds -= 1
+        m.version += 1
 
     def on_stats(self, verified: Any) -> None:
         """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
@@ -272,7 +309,10 @@ class ClassBoard:
         return board
 
     # ------------------------------------------------------------------ reading
-    def snapshot(self) -> ClassSnapshot:
+    def snapshot(self, matrix_members: int | None = MATRIX_MEMBERS) -> ClassSnapshot:
+        """The class as plain values. Cheap when little changed: a member's row is rebuilt
+        only when its figures changed, the learned-from counts are kept as rounds arrive, and
+        the matrix holds the `matrix_members` most active members (None: all with a round)."""
         received = {}
         if self.received is not None:
             try:
@@ -280,25 +320,50 @@ class ClassBoard:
             except Exception:  # noqa: BLE001 - a transport bug must not take the view down
                 received = {}
         with self._lock:
-            members = list(self.members.values())
-            rounds = {m.node_id: dict(m.rounds) for m in members}
-            claims = {m.node_id: (m.claimed(), m.state()) for m in members}
-        matrix: dict[str, dict[str, tuple[int, int]]] = {}
+            cached = self._cached
+            if cached is None or cached[:2] != (self.version, matrix_members):
+                cached = self._cached = (
+                    self.version,
+                    matrix_members,
+                    *self._figures(matrix_members),
+                )
+        _v, _b, rows, curves, mean, base, matrix, matrix_ids = cached
+        if self.received is not None:  # the host's counts move without the board changing
+            rows = [
+                replace(r, received_here=None if r.is_host else int(received.get(r.node_id, 0)))
+                for r in rows
+            ]
+        return ClassSnapshot(
+            rows, curves, mean, base, matrix, self.clock(), matrix_ids, self.version
+        )
+
+    def _figures(self, matrix_members: int | None) -> tuple[Any, ...]:
+        """Rows (received_here left to the caller), curves, means, matrix (lock held)."""
+        members = list(self.members.values())
         ids = {m.node_id for m in members}
-        for learner, by_round in rounds.items():
-            for s in by_round.values():
-                for producer, (t, r) in s.learned.items():
-                    if producer in ids and producer != learner:
-                        t0, r0 = matrix.setdefault(producer, {}).get(learner, (0, 0))
-                        matrix[producer][learner] = (t0 + t, r0 + r)
+        parts: dict[str, _RowParts] = {}
+        fresh: dict[str, tuple[_Member, int, _RowParts]] = {}
+        for m in members:
+            had = self._rows.get(m.node_id)
+            if had is None or had[0] is not m or had[1] != m.version:
+                self.row_builds += 1
+                had = (m, m.version, _RowParts.of(m))
+            fresh[m.node_id] = had
+            parts[m.node_id] = had[2]
+        self._rows = fresh  # rows of members no longer here go
+        given: dict[str, list[int]] = {}  # producer -> [used by others, rewarded by others]
+        for m in members:
+            for producer, (t, r) in m.learned.items():
+                if producer != m.node_id and producer in ids:
+                    pair = given.setdefault(producer, [0, 0])
+                    pair[0] += t
+                    pair[1] += r
         names = _display_names(members)
         rows, curves = [], {}
         for m in sorted(members, key=lambda m: (m.node_id != self.host_id, names[m.node_id])):
-            ordered = [rounds[m.node_id][k] for k in sorted(rounds[m.node_id])]
-            rewards = [s.reward for s in ordered]
-            curves[m.node_id] = [(s.round + 1, s.reward) for s in ordered]
-            given = matrix.get(m.node_id, {}).values()
-            s, state = claims[m.node_id]
+            p, s = parts[m.node_id], m.claimed()
+            curves[m.node_id] = p.curve
+            t, r = given.get(m.node_id, (0, 0))
             rows.append(
                 MemberRow(
                     node_id=m.node_id,
@@ -307,28 +372,59 @@ class ClassBoard:
                     model=clean(s.model, 120),
                     role=s.role,
                     is_host=m.node_id == self.host_id,
-                    rounds=len(ordered),
-                    last_round=ordered[-1].round if ordered else -1,
-                    rewards=rewards,
-                    recent_reward=statistics.fmean(rewards[-RECENT:]) if rewards else None,
-                    shared=sum(x.shared for x in ordered),
-                    used_by_others=sum(t for t, _ in given),
-                    rewarded_by_others=sum(r for _, r in given),
-                    aha=sum(x.aha for x in ordered),
-                    received_here=None
-                    if m.node_id == self.host_id or self.received is None
-                    else int(received.get(m.node_id, 0)),
+                    rounds=len(p.curve),
+                    last_round=p.curve[-1][0] - 1 if p.curve else -1,
+                    rewards=[v for _, v in p.curve],
+                    recent_reward=statistics.fmean([v for _, v in p.curve[-RECENT:]])
+                    if p.curve
+                    else None,
+                    shared=p.shared,
+                    used_by_others=t,
+                    rewarded_by_others=r,
+                    aha=p.aha,
+                    received_here=None,
                     last_seen=m.last_seen,
-                    state=clean(state, 60),
+                    state=clean(m.state(), 60),
                 )
             )
-        return ClassSnapshot(
+        active = [row for row in rows if row.rounds]
+        if matrix_members is not None and len(active) > matrix_members:  # the most exchanged
+            by = {m.node_id: sum(t for t, _ in m.learned.values()) for m in members}
+            keep = sorted(active, key=lambda r: -(r.used_by_others + by[r.node_id]))
+            keep_ids = {r.node_id for r in keep[:matrix_members]}
+            active = [r for r in active if r.node_id in keep_ids]
+        matrix_ids = [r.node_id for r in active]
+        shown = set(matrix_ids)
+        matrix: dict[str, dict[str, tuple[int, int]]] = {}
+        for learner in (self.members[k] for k in matrix_ids):
+            for producer, (t, r) in learner.learned.items():
+                if producer in shown and producer != learner.node_id and t:
+                    matrix.setdefault(producer, {})[learner.node_id] = (t, r)
+        return (
             rows,
             curves,
             _mean_by_round(rows, curves, "member"),
             _mean_by_round(rows, curves, "baseline"),
             matrix,
-            self.clock(),
+            matrix_ids,
+        )
+
+
+@dataclass(frozen=True)
+class _RowParts:
+    """What a member's row needs from its rounds (rebuilt only when they change)."""
+
+    curve: list[tuple[int, float]]  # (round, 1-based; reward), oldest first
+    shared: int
+    aha: int
+
+    @classmethod
+    def of(cls, m: _Member) -> _RowParts:
+        ordered = [m.rounds[k] for k in sorted(m.rounds)]
+        return cls(
+            [(s.round + 1, s.reward) for s in ordered],
+            sum(s.shared for s in ordered),
+            sum(s.aha for s in ordered),
         )
 
 

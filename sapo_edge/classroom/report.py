@@ -72,7 +72,7 @@ def load_class(
         info = {}
     host_id = info.get("host_id", "") if isinstance(info.get("host_id"), str) else ""
     board = ClassBoard.load(path, host_id=host_id, received=received)
-    return board.snapshot(), info
+    return board.snapshot(matrix_members=None), info
 
 
 def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[Path]:

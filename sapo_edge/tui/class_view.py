@@ -1,8 +1,9 @@
 """The class view (`sapo-edge host` in a terminal, for the teacher's screen or a projector): the
 join code, one row per member, every member's reward curve against the class mean, and who
 learned from whom. The host's own training runs in a worker thread; the board is read once a
-second; everything reaches the widgets as the small messages below (the snapshot tests replay
-them without any network).
+second on a worker thread too (a class of 256 must not stall the keys) and the widgets are
+redrawn only when what they show changed; everything reaches the widgets as the small messages
+below (the snapshot tests replay them without any network).
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class ClassView(App[str]):
         self.summary = ""
         self.training_done = threading.Event()
         self.report_paths: list[Path] = []
+        self._board_key: tuple = ()  # what the widgets show now (see refresh_board)
+        self._reading = threading.Lock()
+        self._drawn: dict[str, int] = {}  # widget -> the board version it shows
 
     def compose(self) -> ComposeResult:
         yield Static("sapo-edge class · starting...", id="class-header")
@@ -120,9 +124,28 @@ class ClassView(App[str]):
             self.train()
 
     # ------------------------------------------------------------------ the host
+    @work(thread=True, group="board", exit_on_error=False)
     def refresh_board(self) -> None:
-        if self.host is not None and self.host.board is not None:
-            self.post_message(ClassUpdated(self.host.board.snapshot(), self.host.describe()))
+        """Read the board off the UI thread (one read at a time: a tick that finds one under
+        way skips); post it only when something shown changed (the figures, the header, the
+        host's verified counts, or the "seen" ages every 10 s)."""
+        if self.host is None or self.host.board is None:
+            return
+        if not self._reading.acquire(blocking=False):
+            return
+        try:
+            snap, summary = self.host.board.snapshot(), self.host.describe()
+        finally:
+            self._reading.release()
+        key = (
+            snap.version,
+            summary,
+            tuple(m.received_here for m in snap.members),
+            int(snap.now // 10),
+        )
+        if key != self._board_key:
+            self._board_key = key
+            self.post_message(ClassUpdated(snap, summary))
 
     @work(thread=True, exclusive=True, name="training")
     def train(self) -> None:
@@ -149,8 +172,10 @@ class ClassView(App[str]):
     def on_class_updated(self, m: ClassUpdated) -> None:
         self.summary = m.summary
         self.query_one(MembersTable).show(m.snapshot)
-        self.query_one(ClassChart).show(m.snapshot)
-        self.query_one(LearnedMatrix).show(m.snapshot)
+        for widget in (self.query_one(ClassChart), self.query_one(LearnedMatrix)):
+            if self._drawn.get(widget.id or "") != m.snapshot.version or not m.snapshot.version:
+                self._drawn[widget.id or ""] = m.snapshot.version
+                widget.show(m.snapshot)
         self._header()
 
     def on_code_shown(self, m: CodeShown) -> None:

@@ -153,8 +153,10 @@ class LearnedMatrix(DataTable):
 
     def show(self, snap: ClassSnapshot) -> None:
         self.clear(columns=True)
-        # a baseline exchanges nothing; a member before its first round has nothing to show yet
-        members = [m for m in snap.members if m.role != "baseline" and m.rounds]
+        # the board's most active members (MATRIX_MEMBERS: a class of 256 is not a 256 x 256
+        # table); a baseline exchanges nothing; a member before its first round has nothing yet
+        by_id = {m.node_id: m for m in snap.members}
+        members = [by_id[k] for k in snap.matrix_ids if k in by_id and by_id[k].role != "baseline"]
         self.add_column(Text("from \\ to"))
         for m in members:
             self.add_column(Text(clean(m.name, 7)))

@@ -126,7 +126,9 @@ function renderChart(data) {
 }
 
 function renderMatrix(data) {
-  const shown = data.members.filter((m) => m.rounds > 0);  // joined, no round yet: nothing to show
+  // the board's most active members (a bounded table); joined, no round yet: nothing to show
+  const inMatrix = new Set(data.matrix_ids || []);
+  const shown = data.members.filter((m) => m.rounds > 0 && inMatrix.has(m.node_id));
   const names = shown.map((m) => m.name);
   const ids = shown.map((m) => m.node_id);
   const head = el("tr");
