@@ -240,6 +240,7 @@ def join_command(args: argparse.Namespace) -> int:
         joined,
         say=lambda text: _say(f"{name:>8} {text}"),
         warn=lambda title, remedy: _say(f"{name:>8} {title}: {remedy}"),
+        clear=lambda title: _say(f"{name:>8} resolved: {title} (no longer holds)"),
     ).start()
     joined.start_network()  # the class sees this laptop while its model loads
     try:

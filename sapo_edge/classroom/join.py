@@ -249,10 +249,15 @@ def class_path(joined: Joined) -> tuple[bool, str]:
     return False, "not in the class yet: trying " + ", ".join(x for x in tried if x)
 
 
+NO_PATH_TITLE = "Cannot reach the class"
+CLOCK_TITLE = "This laptop's clock looks wrong"
+
+
 class PathWatcher:
     """Says which path carries this laptop into the class whenever that changes (`say`), and
     once per outage, after NO_PATH_AFTER seconds without any, what to check (`warn(title,
-    remedy)`). A thread of its own; stop() ends it."""
+    remedy)`); once a warning no longer holds (a path works again, the class's messages are
+    accepted), `clear(title)`. A thread of its own; stop() ends it."""
 
     def __init__(
         self,
@@ -260,11 +265,12 @@ class PathWatcher:
         say: Callable[[str], None],
         warn: Callable[[str, str], None],
         *,
+        clear: Callable[[str], None] = lambda _t: None,
         every: float = 1.0,
         no_path_after: float = NO_PATH_AFTER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.joined, self.say, self.warn = joined, say, warn
+        self.joined, self.say, self.warn, self.clear = joined, say, warn, clear
         self.every, self.no_path_after, self.clock = every, no_path_after, clock
         self.last = ""
         self._stop = threading.Event()
@@ -288,15 +294,21 @@ class PathWatcher:
                 continue
             if expired >= CLOCK_WARN_AFTER and not clock_warned:
                 clock_warned = True
-                self.warn("This laptop's clock looks wrong", CLOCK_REMEDY)
+                self.warn(CLOCK_TITLE, CLOCK_REMEDY)
+            elif clock_warned and expired == 0:  # the class's messages are accepted now
+                clock_warned = False
+                self.clear(CLOCK_TITLE)
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
             if ok or not self.joined.transport.port:  # connected, or not started yet
-                lost_since, warned = self.clock(), False
+                lost_since = self.clock()
+                if warned and ok:
+                    warned = False
+                    self.clear(NO_PATH_TITLE)
             elif not warned and self.clock() - lost_since >= self.no_path_after:
                 warned = True
-                self.warn("Cannot reach the class", no_path_remedy(self.joined))
+                self.warn(NO_PATH_TITLE, no_path_remedy(self.joined))
 
 
 # Batches and stats carry their sending time and are refused when it is over 5 minutes from the

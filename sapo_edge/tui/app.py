@@ -39,6 +39,7 @@ from .messages import (
     PhaseProgress,
     PhaseStarted,
     Problem,
+    ProblemCleared,
     RolloutsSeen,
     RoundDone,
     RunEnded,
@@ -223,6 +224,16 @@ class SapoDashboard(App[str]):
             self.query_one(NodeHeader).set_state("stopped")
             stopped = Text.assemble(("stopped", "bold red"), " · " + clean(m.title, 200))
             self.query_one(RoundProgress).set_text(stopped)
+
+    def on_problem_cleared(self, m: ProblemCleared) -> None:
+        banner = self.query_one(ProblemBanner)
+        if (
+            banner.problem is not None
+            and not banner.problem.fatal
+            and banner.problem.title == m.title
+        ):
+            banner.hide()
+            self.notify(f"resolved: {clean(m.title, 120)}", timeout=6, markup=False)
 
     def on_parked(self, m: Parked) -> None:
         self.query_one(NodeHeader).set_state("paused" if m.parked else "running")

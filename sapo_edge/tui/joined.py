@@ -8,7 +8,7 @@ from typing import Any
 
 from ..classroom.join import Joined, PathWatcher
 from .app import run_dashboard
-from .messages import Problem
+from .messages import Problem, ProblemCleared
 
 
 def run_join_dashboard(joined: Joined) -> int:
@@ -22,6 +22,7 @@ def run_join_dashboard(joined: Joined) -> int:
             joined,
             say=lambda text: callback.on_message(cfg.name, text),
             warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
+            clear=lambda title: callback.post(ProblemCleared(title)),
         ).start()
         try:
             return run_single(cfg, joined.callback(callback), log, control, joined.transport)

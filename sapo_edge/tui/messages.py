@@ -121,6 +121,13 @@ class Problem(Message):
 
 
 @dataclass
+class ProblemCleared(Message):
+    """The warning with this title no longer holds (e.g. a path to the class works again)."""
+
+    title: str
+
+
+@dataclass
 class Parked(Message):
     """The training loop is waiting in pause (True) or running again (False)."""
 
