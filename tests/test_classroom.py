@@ -466,3 +466,37 @@ def test_a_flood_of_fresh_identities_cannot_keep_a_later_student_off_the_board(
         assert host.board.dropped["evicted_unverified"] == 1
     finally:
         j.transport.close()
+
+
+def test_the_host_says_goodbye_on_every_path_and_students_are_told(host, tmp_path) -> None:
+    """Issue 28: after the host's q, students kept training with no word. The host's signed
+    "ended" reaches a student linked to its address and one that only has the relay; each is
+    told once (its own choice: stop, or go on alone); a member's forged goodbye is ignored."""
+    direct, far = student(host, tmp_path, "ada"), student(host, tmp_path, "bob")
+    far.transport.manual = []  # the host's address is unreachable: the relay only
+    told = {"ada": [], "bob": []}
+    for j in (direct, far):
+        j.on_class_ended.append(lambda j=j: told[j.cfg.name].append(1))
+        j.transport.start()
+    try:
+        assert direct.transport.wait_for(
+            lambda: host.transport.ident.node_id in direct.transport.connected(), 10
+        )
+        relay = f"relay:{far.relay}"
+        assert far.transport.wait_for(lambda: relay in far.transport.connected(), 10)
+        assert host.transport.ident.node_id not in far.transport.connected()
+        # a member's own "ended" (anyone in the room can sign one) is not the host's
+        from sapo_edge.swarm.progress import Progress
+
+        direct.transport.send_goodbye(Progress("ended", name="teacher"))
+        assert far.transport.wait_for(lambda: far.transport.counters["progress_delivered"] >= 1, 10)
+        assert not far.class_ended.is_set()
+        said = []
+        host.end(said.append)
+        for j in (direct, far):
+            assert j.class_ended.wait(10), j.cfg.name
+        assert told == {"ada": [1], "bob": [1]}
+        assert said and said[0].startswith("told the class it ended")
+    finally:
+        for j in (direct, far):
+            j.transport.close()

@@ -26,11 +26,12 @@ from ..swarm.guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accep
 from ..swarm.identity import Identity
 from ..swarm.loop_thread import run_service_loop
 from ..swarm.network import NetworkTransport
+from ..swarm.progress import Progress
 from ..swarm.relay import Relay, RelayLimits
 from ..swarm.roomkey import new_room_key
 from .board import CLASS_FILE, ClassBoard
 from .code import format_code, qr_lines
-from .member import ClassMember
+from .member import ClassMember, printable
 from .settings import describe_task, make_invite
 
 INFO_FILE = "class-info.json"  # who hosted, the task: what `report` needs besides class.jsonl
@@ -186,6 +187,7 @@ class ClassHost:
         self.page_token = secrets.token_urlsafe(12)
         self.task = describe_task(make_invite(cfg, 0, 0, "").settings)
         self.code = ""
+        self.name = ""  # this node's name in the class (set by start)
         self.admit_port = 0
         self.started_at = time.time()
         self.transport: _HostTransport | None = None
@@ -255,8 +257,13 @@ class ClassHost:
             raise
         self.admit_port = self.services.relay_port if own_relay else self.transport.port
         invite = make_invite(
-            self.cfg, self.transport.port, self.services.relay_port if own_relay else 0, name
+            self.cfg,
+            self.transport.port,
+            self.services.relay_port if own_relay else 0,
+            name,
+            ident.node_id,
         )
+        self.name = name
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
         self.new_code()
         info = {
@@ -272,6 +279,27 @@ class ClassHost:
     def log_to(self, target: Callable[[str], None] | None) -> None:
         """Send the class's log lines (links, admissions, the relay) to `target` from now on."""
         self.log.target = target
+
+    def goodbye(self, timeout: float = 3.0) -> int:
+        """Tell every student the class has ended (a signed progress "ended" on every link: the
+        LAN, this node's address, the relay); waits until the links have taken it (bounded).
+        Returns the links it went out on."""
+        if self.transport is None:
+            return 0
+        bye = Progress("ended", name=printable(self.name, 40))
+        return self.transport.send_goodbye(bye, timeout)
+
+    def end(self, say: Callable[[str], None]) -> None:
+        """The end of the class (q, Ctrl-C): the goodbye on every path, then the network and
+        the page close quietly, so the summary printed after is the last thing on screen."""
+        n = self.goodbye()
+        if n:
+            say(
+                f"told the class it ended ({n} link{'s' if n != 1 else ''}): each student "
+                "chooses to stop or to go on training alone"
+            )
+        self.log_to(lambda _m: None)  # no "peer ... disconnected" lines after the summary
+        self.close()
 
     def close(self) -> None:
         if self.transport is not None:

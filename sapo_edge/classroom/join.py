@@ -91,6 +91,25 @@ class Joined:
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
+    class_ended: threading.Event = dataclasses.field(default_factory=threading.Event)
+    on_class_ended: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+
+    def hear_the_host(self) -> None:
+        """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
+        is set and `on_class_ended` called once. Members' progress and stats that reach this
+        laptop are verified and counted as before, and otherwise ignored; over NATS this adds
+        no subscription (students do not receive each other's stats there)."""
+        host_id = self.invite.host_id
+
+        def heard(v: Any) -> None:
+            p = v.progress
+            if host_id and v.sender == host_id and p is not None and p.phase == "ended":
+                if not self.class_ended.is_set():
+                    self.class_ended.set()
+                    for fn in list(self.on_class_ended):
+                        fn()
+
+        self.transport.intake.stats.on_stats = heard
 
     @property
     def host_address(self) -> str:
@@ -221,7 +240,9 @@ def join_class(
         return shlex.join(args) + "  (or the code on the teacher's screen now)"
 
     transport.continue_command = continue_command  # type: ignore[attr-defined]
-    return Joined(code, invite, cfg, transport, relay, role, notes)
+    joined = Joined(code, invite, cfg, transport, relay, role, notes)
+    joined.hear_the_host()
+    return joined
 
 
 def class_path(joined: Joined) -> tuple[bool, str]:
@@ -329,6 +350,18 @@ def expired_count(transport: Any) -> int:
     if c.get("delivered", 0) or c.get("stats_delivered", 0):
         return 0
     return int(c.get("rejected:expired", 0) + c.get("rejected:stats_expired", 0))
+
+
+CLASS_ENDED_TITLE = "The class has ended"
+
+
+def class_ended_remedy(stop: str) -> str:
+    """What a student is told when the host ends the class; `stop`: the key or keys to stop."""
+    return (
+        "The teacher ended the class. It is your choice: this laptop goes on training alone (with "
+        "any classmates still running) until its rounds are done, its run saved as it goes; or "
+        f"{stop} stops it now and saves the round under way."
+    )
 
 
 def no_path_remedy(joined: Joined) -> str:

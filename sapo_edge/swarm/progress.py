@@ -35,6 +35,7 @@ PHASES = (
     "saving",
     "done",  # its rounds are done
     "stopped",  # stopped (q, an error); its row stays
+    "ended",  # the host: the class has ended (its goodbye; students heed only the host's)
 )
 ROLES = ("member", "baseline")
 _FIELDS = {
@@ -100,6 +101,8 @@ class Progress:
             return f"done after {self.round} round{'s' if self.round != 1 else ''}"
         if self.phase == "stopped":
             return "stopped"
+        if self.phase == "ended":
+            return "ended the class"
         return f"round {self.round + 1} · {self.phase}{pct if self.phase in ('generating', 'training') else ''}"
 
 

@@ -9,6 +9,7 @@ batch (the signer when it signed it, else the route that brought it).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import time
@@ -449,6 +450,32 @@ class StatsChannel:
                 repeat=getattr(self, "progress_repeat", PROGRESS_REPEAT),
             )
         sender.offer(progress)
+
+    def send_goodbye(self, progress: Progress, timeout: float = 3.0) -> int:
+        """Send `progress` (the host's "ended") at once on every link, and wait (at most
+        `timeout`) until each link's socket has taken it; returns the links that took it."""
+        if self._loop is None or not self._loop.is_running():
+            return 0
+        fut = asyncio.run_coroutine_threadsafe(self._goodbye(progress, timeout), self._loop)
+        try:
+            return fut.result(timeout + 2.0)
+        except Exception:  # noqa: BLE001 - a closing loop: nobody to tell
+            return 0
+
+    async def _goodbye(self, progress: Progress, timeout: float) -> int:
+        msg, stats_id = make_progress(self.ident, self.keys, progress)
+        sealed = seal(self.keys, msg)
+        self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
+        waits = []
+        for link in self._links.values():
+            link.outbox.put(KIND_SEALED, sealed)
+            waits.append((link, link.outbox.sent + len(link.outbox.queue)))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+            o.outbox.sent < n and not o.ws.closed for o, n in waits
+        ):
+            await asyncio.sleep(0.02)
+        return sum(o.outbox.sent >= n for o, n in waits)
 
     def _send_progress(self, progress: Progress) -> None:
         msg, stats_id = make_progress(self.ident, self.keys, progress)

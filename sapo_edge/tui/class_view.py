@@ -286,12 +286,15 @@ def run_class_view(host: Any) -> int:
     app = ClassView(host)
     with stop_signals(app.stop_from_signal) as received:
         app.run()
+    received_here = host.received_counts()
     host.log_to(None)
+    host.end(print)  # the goodbye on every path; the network closes quietly before the summary
     n = len(host.board.members) if host.board is not None else 0
     print(f"the class ended: {n} member{'s' if n != 1 else ''}; run folder {host.out_dir}")
     node = app.control.node
     if node is not None:  # this laptop's own run, as a member
         saved = f"; checkpoint {node.saved[1]}" if node.saved is not None else ""
-        print(f"this laptop trained {node.round} rounds (metrics {node.metrics_path}){saved}")
-    end_of_class(host.out_dir, print, host.received_counts())
+        rounds = f"{node.round} round{'s' if node.round != 1 else ''}"
+        print(f"this laptop trained {rounds} (metrics {node.metrics_path}){saved}")
+    end_of_class(host.out_dir, print, received_here)
     return exit_code(received[0]) if received else 0
