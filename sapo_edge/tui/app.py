@@ -163,6 +163,8 @@ class SapoDashboard(App[str]):
     # ---------------------------------------------------------------- messages in
     def on_node_started(self, m: NodeStarted) -> None:
         self.query_one(NodeHeader).show(m)
+        if m.history:  # a resumed run: the chart starts from its earlier rounds
+            self.query_one(RewardChart).load(m.history)
         self.settings.update(
             local_samples=m.local_samples, external_samples=m.external_samples, room=m.room
         )

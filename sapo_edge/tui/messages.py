@@ -30,6 +30,8 @@ class NodeStarted(Message):
     rounds: int
     local_samples: int
     external_samples: int
+    history: list[tuple[int, float]] = field(default_factory=list)  # a resumed run's (round,
+    # mean reward) from its metrics.jsonl, so the chart starts from them
 
 
 @dataclass

@@ -18,6 +18,7 @@ from .tables import ago
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 MAX_LINES = 10  # member curves drawn (the most recent members first); the mean always
+SINGLE_POINTS = 3  # a curve of up to this many rounds is drawn as large points
 
 
 def sparkline(values: list[float], width: int = 10, top: float = 1.0) -> str:
@@ -125,13 +126,16 @@ class ClassChart(Vertical):
             if rounds:
                 last = max(rounds)
                 plt.xticks(list(range(1, last + 1, max(1, last // 8))))
+                if last == 1:  # one round: points mid-chart, not on the edge
+                    plt.xlim(0, 2)
             members = [m for m in snap.members if m.role != "baseline"]  # drawn as the baseline
             recent = sorted(members, key=lambda m: -m.last_seen)[:MAX_LINES]
             for m in recent:
                 pts = snap.curves.get(m.node_id, [])
                 if pts:
                     xs, ys = zip(*pts, strict=True)
-                    plt.plot(list(xs), list(ys), label=clean(m.name, 16), marker="braille")
+                    marker = "●" if len(pts) <= SINGLE_POINTS else "braille"  # a single point
+                    plt.plot(list(xs), list(ys), label=clean(m.name, 16), marker=marker)
             if snap.swarm_mean:
                 xs, ys = zip(*snap.swarm_mean, strict=True)
                 plt.plot(list(xs), list(ys), label="class mean", marker="hd", color="white")

@@ -114,6 +114,12 @@ function renderChart(data) {
                                    "stroke-width": s.width });
     if (s.dash) line.setAttribute("stroke-dasharray", s.dash);
     parts.push(line);
+    if (s.pts.length <= 30) {  // a marker on every point while there are few (one round: a dot)
+      for (const p of s.pts) {
+        parts.push(svg("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1),
+                                   r: s.width > 2 ? 5 : 3.5, fill: s.colour }));
+      }
+    }
   }
   chart.replaceChildren(...parts);
   document.getElementById("legend").replaceChildren(...series.map((s) => {
