@@ -169,3 +169,28 @@ def test_a_class_of_256_is_read_off_the_ui_thread_and_redrawn_only_on_change(hos
 
     asyncio.run(drive())
     assert updates == []  # nothing changed: nothing posted, nothing redrawn
+
+
+def test_names_are_whole_where_the_terminal_has_room() -> None:
+    """Issue 28: the host's row read 'mellow-quo… (host)' in 140 columns. Names are cut only
+    where the terminal is narrow (120: 18 characters); the table fits the terminal."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.swarm.stats import RoundStats
+
+    host_id = "1" * 32
+    board = ClassBoard(host_id=host_id)
+    board.record(host_id, RoundStats(0, 0.5, 1, 1, 0, 0, {}, "mrs-bennett-chemistry", "m", "t", "c"))
+    seen = {}
+    for width in (120, 140):
+        app = ClassView(None, start=False)
+
+        async def look(app=app, width=width) -> None:
+            async with app.run_test(size=(width, 40)) as pilot:
+                app.post_message(ClassUpdated(board.snapshot(), "1 member · x"))
+                await pilot.pause()
+                table = app.query_one(MembersTable)
+                seen[width] = table.get_row_at(0)[0].plain
+                assert table.virtual_size.width <= table.size.width
+
+        asyncio.run(look())
+    assert seen == {120: "mrs-bennet… (host)", 140: "mrs-bennett-chemistry (host)"}

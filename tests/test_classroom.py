@@ -160,9 +160,11 @@ def class_view_rows(host: ClassHost) -> set[tuple[str, str, str]]:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             table = app.query_one(MembersTable)
+            labels = [str(c.label) for c in table.columns.values()]
+            at = [labels.index(k) for k in ("member", "rounds", "shared")]
             for i in range(table.row_count):
                 cells = table.get_row_at(i)
-                rows.add((cells[0].plain, str(cells[4]), str(cells[7])))
+                rows.add((cells[at[0]].plain, str(cells[at[1]]), str(cells[at[2]])))
 
     asyncio.run(look())
     return rows

@@ -27,7 +27,10 @@ def sparkline(values: list[float], width: int = 10, top: float = 1.0) -> str:
     return "".join(BLOCKS[min(7, int(v / top * 7.999))] for v in values[-width:])
 
 
-def _name(row: MemberRow, width: int = 18) -> Text:
+NAME_WIDTH, MAX_NAME_WIDTH = 18, 44  # a member's name in the table, suffix included
+
+
+def _name(row: MemberRow, width: int = NAME_WIDTH) -> Text:
     suffix = " (host)" if row.is_host else " (baseline)" if row.role == "baseline" else ""
     return Text(clean(row.name, width - len(suffix)) + suffix)
 
@@ -67,7 +70,7 @@ class MembersTable(DataTable):
         "reward5",
         "trend",
         "shared",
-        "used by others",
+        "used",
         "Aha",
         "recv",
         "seen",
@@ -77,22 +80,32 @@ class MembersTable(DataTable):
         super().__init__(cursor_type="none", zebra_stripes=True, **kw)
 
     def on_mount(self) -> None:
-        self.border_title = "members: each one's own signed figures (recv: groups verified here)"
+        self.border_title = (
+            "members: each one's own signed figures (used: by others; recv: groups verified here)"
+        )
         self.add_columns(*self.COLUMNS)
+
+    OTHERS = 100  # the columns but the name and the model, with their padding, at their widest
+    MODEL_FROM = 160  # the model column from this many columns (a class mostly runs one model)
 
     def show(self, snap: ClassSnapshot) -> None:
         self.clear(columns=True)  # columns fit what is shown now
-        self.add_columns(*self.COLUMNS)
+        with_model = self.size.width >= self.MODEL_FROM
+        self.add_columns(*(c for c in self.COLUMNS if with_model or c != "model"))
+        # names in full where the terminal has room ('mellow-quokka-3f2a (host)' at 140)
+        others = self.OTHERS + (16 if with_model else 0)
+        width = max(NAME_WIDTH, min(MAX_NAME_WIDTH, self.size.width - others))
         for m in snap.members:
             reward = "-" if m.recent_reward is None else f"{m.recent_reward:.2f}"
+            model = Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14))
             self.add_row(
-                _name(m),
+                _name(m, width),
                 Text(clean(m.state, 24)),
                 Text(clean(m.backend, 14)),
-                Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14)),
+                *([model] if with_model else []),
                 str(m.rounds),
                 reward,
-                Text(sparkline(m.rewards, 8), style="green"),
+                Text(sparkline(m.rewards, 6), style="green"),
                 str(m.shared),
                 str(m.used_by_others),
                 Text(str(m.aha), style="bold yellow" if m.aha else ""),
@@ -100,7 +113,8 @@ class MembersTable(DataTable):
                 ago(snap.now - m.last_seen),
             )
         if not snap.members:
-            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *[""] * 10)
+            blank = [""] * (len(self.columns) - 2)
+            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *blank)
 
 
 class ClassChart(Vertical):
