@@ -8,6 +8,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#1a5fb4", "#c01c28", "#26a269", "#e66100", "#813d9c", "#986a44",
                  "#0b7285", "#a51d2d", "#5e5c64", "#b5835a", "#2ec27e", "#d4a017"];
 let shownCode = null;
+let qrTries = 0;
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -44,11 +45,18 @@ function renderJoin(code) {
   box.hidden = code === null;
   if (code !== null && code !== shownCode) {
     document.getElementById("code").textContent = code;
-    document.getElementById("qr").src = "/qr.svg" + QUERY + (QUERY ? "&" : "?") + "c=" +
-      encodeURIComponent(code);
+    const qr = document.getElementById("qr");
+    qr.hidden = false;
+    qrTries += 1;  // a new URL each try: a refused or broken fetch is not cached
+    qr.src = "/qr.svg" + QUERY + (QUERY ? "&" : "?") + "c=" + encodeURIComponent(code) +
+      "&n=" + qrTries;
     shownCode = code;
   }
 }
+
+// A QR image the page could not fetch (the host busy, a connection refused) is fetched again
+// on the next poll, rather than left broken while the code is still good.
+document.getElementById("qr").addEventListener("error", () => { shownCode = null; });
 
 function renderMembers(members) {
   const rows = members.map((m) => {
