@@ -179,7 +179,9 @@ def test_names_are_whole_where_the_terminal_has_room() -> None:
 
     host_id = "1" * 32
     board = ClassBoard(host_id=host_id)
-    board.record(host_id, RoundStats(0, 0.5, 1, 1, 0, 0, {}, "mrs-bennett-chemistry", "m", "t", "c"))
+    board.record(
+        host_id, RoundStats(0, 0.5, 1, 1, 0, 0, {}, "mrs-bennett-chemistry", "m", "t", "c")
+    )
     seen = {}
     for width in (120, 140):
         app = ClassView(None, start=False)
@@ -194,3 +196,23 @@ def test_names_are_whole_where_the_terminal_has_room() -> None:
 
         asyncio.run(look())
     assert seen == {120: "mrs-bennet… (host)", 140: "mrs-bennett-chemistry (host)"}
+
+
+def test_every_key_that_acts_says_so_in_one_line(host) -> None:
+    """Issue 28: s and r left nothing on screen. Every key that acts confirms in one line,
+    also when there is nothing for it to do (this laptop not training)."""
+    app = ClassView(host)
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            for key, words in (("s", "nothing to save"), ("p", "not training"), ("r", "report")):
+                before = len(app._notifications)
+                await pilot.press(key)
+                await pilot.pause()
+                new = [str(n.message) for n in list(app._notifications)[before:]]
+                assert any(words in text for text in new), (key, new)
+            await app.workers.wait_for_complete()
+            await pilot.press("q")
+
+    asyncio.run(drive())

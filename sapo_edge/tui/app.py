@@ -266,6 +266,8 @@ class SapoDashboard(App[str]):
         if self.running:
             self.control.request_save()
             self.notify("a checkpoint will be saved before the next round")
+        else:
+            self.notify("no run under way: nothing to save (its last round is saved already)")
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#log")

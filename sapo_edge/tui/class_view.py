@@ -78,6 +78,7 @@ class ClassView(App[str]):
         Binding("j", "toggle_join", "join code"),
         Binding("n", "new_code", "new code"),
         Binding("r", "report", "report"),
+        Binding("s", "save", "save", show=False),
         Binding("p", "pause", "pause own training"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
@@ -243,11 +244,26 @@ class ClassView(App[str]):
             self.notify, clean(f"report in {self.host.out_dir}: {names}", 400), markup=False
         )
 
+    def action_save(self) -> None:
+        """s: save this laptop's own run now (its checkpoint, before its next round); the
+        class's record needs no saving (class.jsonl is written as figures arrive)."""
+        if self.training:
+            self.control.request_save()
+            self.notify("this laptop's checkpoint will be saved before its next round")
+        else:
+            self.notify(
+                "this laptop is not training: nothing to save (the class's record is written "
+                "to class.jsonl as it arrives; r writes the report)"
+            )
+
     def action_pause(self) -> None:
         if self.training:
             paused = self.control.toggle_pause()
             self.own = "pausing after this round" if paused else "running"
             self._header()
+            self.notify(self.own if paused else "this laptop's training goes on")
+        else:
+            self.notify("this laptop is not training (nothing to pause)")
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#class-log")
