@@ -216,3 +216,27 @@ def test_every_key_that_acts_says_so_in_one_line(host) -> None:
             await pilot.press("q")
 
     asyncio.run(drive())
+
+
+def test_a_member_gone_quiet_reads_as_such() -> None:
+    """A member's state is its last word: once it has said nothing for a minute (it left, its
+    laptop sleeps), its row says 'quiet' rather than 'generating' forever."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.swarm.progress import Progress
+
+    now = [1000.0]
+    board = ClassBoard(clock=lambda: now[0])
+    board.record_progress("2" * 32, Progress("generating", 2, 9, 1, 4, "ada", "m", "t", "c"))
+    shown = []
+    for later in (30.0, 90.0):
+        now[0] = 1000.0 + later
+        app = ClassView(None, start=False)
+
+        async def look(app=app) -> None:
+            async with app.run_test(size=SIZE) as pilot:
+                app.post_message(ClassUpdated(board.snapshot(), "1 member · x"))
+                await pilot.pause()
+                shown.append(app.query_one(MembersTable).get_row_at(0)[1].plain)
+
+        asyncio.run(look())
+    assert shown == ["round 3 · generating 25%", "quiet"]

@@ -35,6 +35,18 @@ def _name(row: MemberRow, width: int = NAME_WIDTH) -> Text:
     return Text(clean(row.name, width - len(suffix)) + suffix)
 
 
+QUIET_AFTER = 60.0  # seconds without a word from a member before its state reads as old
+
+
+def _doing(row: MemberRow, now: float) -> Text:
+    """What the member says it is doing; 'quiet' once it has said nothing for a while (it
+    left, or its laptop sleeps): its last word is not its present."""
+    text = clean(row.state, 24)
+    if text and now - row.last_seen > QUIET_AFTER:
+        return Text("quiet", style="dim")
+    return Text(text)
+
+
 class JoinPanel(Horizontal):
     """The code in large letters (words, then the address) beside its QR code."""
 
@@ -100,7 +112,7 @@ class MembersTable(DataTable):
             model = Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14))
             self.add_row(
                 _name(m, width),
-                Text(clean(m.state, 24)),
+                _doing(m, snap.now),
                 Text(clean(m.backend, 14)),
                 *([model] if with_model else []),
                 str(m.rounds),

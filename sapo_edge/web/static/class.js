@@ -58,12 +58,17 @@ function renderJoin(code) {
 // on the next poll, rather than left broken while the code is still good.
 document.getElementById("qr").addEventListener("error", () => { shownCode = null; });
 
-function renderMembers(members) {
+function doing(m, now) {  // its last word; marked once it has said nothing for a minute
+  const state = m.state || "";
+  return state && now - m.last_seen > 60 ? "quiet (was: " + state + ")" : state;
+}
+
+function renderMembers(members, now) {
   const rows = members.map((m) => {
     const tr = el("tr");
     if (m.is_host) tr.className = "host";
     if (m.role === "baseline") tr.className = "baseline";
-    tr.append(el("td", m.name), el("td", m.state || ""), el("td", m.backend),
+    tr.append(el("td", m.name), el("td", doing(m, now)), el("td", m.backend),
               el("td", m.model.split("/").pop()),
               el("td", m.rounds, "num"), el("td", fixed(m.recent_reward), "num"));
     const t = el("td");
@@ -169,7 +174,7 @@ function render(data) {
   document.getElementById("status").textContent =
     `${n} member${n === 1 ? "" : "s"} · updated ${new Date(data.now * 1000).toLocaleTimeString()}`;
   renderJoin(data.code);
-  renderMembers(data.members);
+  renderMembers(data.members, data.now);
   renderChart(data);
   renderMatrix(data);
 }
