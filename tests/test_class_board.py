@@ -191,4 +191,13 @@ def test_a_class_of_256_costs_a_snapshot_only_what_changed_and_the_matrix_is_bou
     assert len(snap.matrix_ids) == MATRIX_MEMBERS
     assert set(snap.matrix) <= set(snap.matrix_ids)
     assert all(set(row) <= set(snap.matrix_ids) for row in snap.matrix.values())
+    # what members are doing (a progress every 2 s from each) rebuilds no row and no counts
+    from sapo_edge.swarm.progress import Progress
+
+    given = board._exchange[1]
+    for i, me in enumerate(ids):
+        board.record_progress(me, Progress("generating", 8, 20, 1, 2, f"m{i}", "m", "t", "c"))
+    snap = board.snapshot()
+    assert board.row_builds == 257 and board._exchange[1] is given
+    assert {row.state for row in snap.members} == {"round 9 · generating 50%"}
     assert len(board.snapshot(matrix_members=None).matrix_ids) == 256  # the report: everyone

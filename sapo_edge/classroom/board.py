@@ -147,6 +147,8 @@ class ClassBoard:
         self.on_change: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self.version = 0  # bumped on every change
+        self.rounds_version = 0  # bumped when rounds or rows change (not on progress)
+        self._exchange: tuple[Any, ...] | None = None  # (key, given, matrix, matrix ids, means)
         self.row_builds = 0  # member rows rebuilt by snapshots (only those that changed)
         self._rows: dict[str, tuple[_Member, int, _RowParts]] = {}  # id -> (row, version, parts)
         self._cached: tuple[Any, ...] | None = None  # (version, matrix bound, the figures)
@@ -174,6 +176,7 @@ class ClassBoard:
             self._learn(m, old, stats)
             m.version += 1
             self.version += 1
+            self.rounds_version += 1
             while len(m.rounds) > self.max_rounds:
                 self._forget_oldest(m)
             while self.total_rounds > self.max_total_rounds:
@@ -227,6 +230,7 @@ class ClassBoard:
                 self.total_rounds -= len(gone.rounds)
                 self.dropped["evicted_unverified"] += 1
             m = self.members[sender] = _Member(sender, None)
+            self.rounds_version += 1  # another set of rows: who learned from whom moves
         return m
 
     def _learn(self, m: _Member, old: RoundStats | None, new: RoundStats) -> None:
@@ -259,8 +263,7 @@ class ClassBoard:
             if at >= m.progress_at:
                 m.progress, m.progress_at = progress, at
             m.last_seen = max(m.last_seen, at)
-            m.version += 1
-            self.version += 1
+            self.version += 1  # its rounds did not change: its row's figures stand
         if self.on_change is not None:
             self.on_change()
         return True
@@ -274,6 +277,7 @@ class ClassBoard:
         del m.rounds[min(m.rounds)]
         self.total_rounds -= 1
         m.version += 1
+        self.rounds_version += 1
 
     def on_stats(self, verified: Any) -> None:
         """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
@@ -351,13 +355,10 @@ class ClassBoard:
             fresh[m.node_id] = had
             parts[m.node_id] = had[2]
         self._rows = fresh  # rows of members no longer here go
-        given: dict[str, list[int]] = {}  # producer -> [used by others, rewarded by others]
-        for m in members:
-            for producer, (t, r) in m.learned.items():
-                if producer != m.node_id and producer in ids:
-                    pair = given.setdefault(producer, [0, 0])
-                    pair[0] += t
-                    pair[1] += r
+        key = (self.rounds_version, matrix_members)
+        if self._exchange is None or self._exchange[0] != key:  # progress alone: kept
+            self._exchange = (key, self._given(members, ids), None, None, {})
+        given = self._exchange[1]
         names = _display_names(members)
         rows, curves = [], {}
         for m in sorted(members, key=lambda m: (m.node_id != self.host_id, names[m.node_id])):
@@ -387,6 +388,36 @@ class ClassBoard:
                     state=clean(m.state(), 60),
                 )
             )
+        _key, _given, matrix, matrix_ids, means = self._exchange
+        if matrix is None:
+            matrix, matrix_ids = self._matrix(rows, members, matrix_members)
+            self._exchange = (key, given, matrix, matrix_ids, means)
+        roles = tuple(r.role for r in rows)  # a claimed role may change with a progress
+        if roles not in means:
+            means.clear()
+            means[roles] = (
+                _mean_by_round(rows, curves, "member"),
+                _mean_by_round(rows, curves, "baseline"),
+            )
+        mean, base = means[roles]
+        return rows, curves, mean, base, matrix, matrix_ids
+
+    @staticmethod
+    def _given(members: list[_Member], ids: set[str]) -> dict[str, list[int]]:
+        """Per producer on the board: [groups others trained on, of those rewarded]."""
+        given: dict[str, list[int]] = {}
+        for m in members:
+            for producer, (t, r) in m.learned.items():
+                if producer != m.node_id and producer in ids:
+                    pair = given.setdefault(producer, [0, 0])
+                    pair[0] += t
+                    pair[1] += r
+        return given
+
+    def _matrix(
+        self, rows: list[MemberRow], members: list[_Member], matrix_members: int | None
+    ) -> tuple[dict[str, dict[str, tuple[int, int]]], list[str]]:
+        """Who learned from whom among the `matrix_members` most exchanging members."""
         active = [row for row in rows if row.rounds]
         if matrix_members is not None and len(active) > matrix_members:  # the most exchanged
             by = {m.node_id: sum(t for t, _ in m.learned.values()) for m in members}
@@ -400,14 +431,7 @@ class ClassBoard:
             for producer, (t, r) in learner.learned.items():
                 if producer in shown and producer != learner.node_id and t:
                     matrix.setdefault(producer, {})[learner.node_id] = (t, r)
-        return (
-            rows,
-            curves,
-            _mean_by_round(rows, curves, "member"),
-            _mean_by_round(rows, curves, "baseline"),
-            matrix,
-            matrix_ids,
-        )
+        return matrix, matrix_ids
 
 
 @dataclass(frozen=True)
