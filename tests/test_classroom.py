@@ -485,7 +485,8 @@ def test_the_host_says_goodbye_on_every_path_and_students_are_told(host, tmp_pat
             lambda: host.transport.ident.node_id in direct.transport.connected(), 10
         )
         relay = f"relay:{far.relay}"
-        assert far.transport.wait_for(lambda: relay in far.transport.connected(), 10)
+        for j in (direct, far):
+            assert j.transport.wait_for(lambda j=j: relay in j.transport.connected(), 10)
         assert host.transport.ident.node_id not in far.transport.connected()
         # a member's own "ended" (anyone in the room can sign one) is not the host's
         from sapo_edge.swarm.progress import Progress

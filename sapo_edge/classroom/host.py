@@ -280,7 +280,7 @@ class ClassHost:
         """Send the class's log lines (links, admissions, the relay) to `target` from now on."""
         self.log.target = target
 
-    def goodbye(self, timeout: float = 3.0) -> int:
+    def goodbye(self, timeout: float = 5.0) -> int:
         """Tell every student the class has ended (a signed progress "ended" on every link: the
         LAN, this node's address, the relay); waits until the links have taken it (bounded).
         Returns the links it went out on."""
