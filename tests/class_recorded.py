@@ -1,17 +1,19 @@
 """A recorded class for the class view's tests (snapshot, projector page, report): a host, two
-students, a solo baseline and a member whose name is hostile markup, over eight rounds, with a
-fixed clock, so pictures of it are stable."""
+students, a solo baseline and a member whose name is hostile markup, over eight rounds, then a
+student who has just joined (loading its model: progress only), with a fixed clock, so pictures
+of it are stable."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sapo_edge.classroom.board import ClassBoard
+from sapo_edge.swarm.progress import Progress
 from sapo_edge.swarm.stats import RoundStats
 
 T0 = 1_800_000_000.0
 CODE = "3-acorn-zinnia@192.168.1.20:7745"
-HOST, ADA, BOB, SOLO, EVIL = ("%032x" % (i + 1) for i in range(5))
+HOST, ADA, BOB, SOLO, EVIL, CY = ("%032x" % (i + 1) for i in range(6))
 HOSTILE = "<img src=x onerror=alert(1)>[b]x"  # must stay literal text everywhere
 TASK = "basic_arithmetic · 4 questions x G=4 · I=2 J=2 · 48 tokens · smollm2-135m"
 
@@ -54,5 +56,9 @@ def recorded_board(path: Path | None = None) -> ClassBoard:
             )
             clock[0] = T0 + 30 * r + 3
             board.record(node_id, stats)
+    model = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    clock[0] = T0 + 30 * 8 - 2
+    board.record_progress(ADA, Progress("generating", 8, 20, 30, 48, "ada", model, "torch", "cpu"))
+    board.record_progress(CY, Progress("loading", 0, 20, 0, 0, "cy", model, "", ""))
     clock[0] = T0 + 30 * 8
     return board

@@ -103,3 +103,101 @@ def test_a_member_cannot_name_itself_into_the_hosts_row() -> None:
     board.record(C, stats(0, "  (HOST) [baseline] "))
     names = {m.node_id: m.name for m in board.snapshot().members}
     assert names == {A: f"Ms Smith#{A[:6]}", B: f"Ms Smith#{B[:6]}", C: name_for_id(C)}
+
+
+def test_a_member_has_a_row_from_its_first_progress_and_it_says_what_it_does(tmp_path) -> None:
+    """A row from a member's progress alone (its first round not done yet), not saved in
+    class.jsonl; its state follows the newest of its progress and its rounds."""
+    from sapo_edge.swarm.progress import Progress
+
+    now = [100.0]
+    board = ClassBoard(tmp_path / "class.jsonl", clock=lambda: now[0])
+    board.record_progress(A, Progress("loading", rounds=20, name="ada", model="m"))
+    (row,) = board.snapshot().members
+    assert (row.name, row.state, row.rounds, row.recent_reward) == (
+        "ada",
+        "loading the model",
+        0,
+        None,
+    )
+    now[0] = 101.0
+    board.record_progress(A, Progress("generating", 0, 20, 12, 48, "ada", "m", "torch", "cpu"))
+    assert board.snapshot().members[0].state == "round 1 · generating 25%"
+    now[0] = 102.0
+    board.record(A, stats(0, "ada"))
+    assert board.snapshot().members[0].state == "round 1 done"
+    now[0] = 103.0
+    board.record_progress(A, Progress("training", 1, 20, 1, 4, "ada", "m", "torch", "cpu"))
+    row = board.snapshot().members[0]
+    assert (row.state, row.rounds, row.backend) == ("round 2 · training 25%", 1, "torch · cpu")
+    assert len((tmp_path / "class.jsonl").read_text().splitlines()) == 1  # rounds only
+
+
+def test_a_full_board_gives_a_verified_member_the_row_of_the_longest_silent_unverified() -> None:
+    """Rows on a full board: a member the host verified groups from takes the row of the
+    longest silent member it never verified anything from; the host's own row and verified
+    rows stay; an unverified newcomer is refused (counted)."""
+    now, verified = [0.0], {B: 3}
+    board = ClassBoard(
+        host_id=A, received=lambda: dict(verified), max_members=3, clock=lambda: now[0]
+    )
+    for k, who in enumerate((A, B, C)):
+        now[0] = k
+        board.record(who, stats(0, f"m{k}"))
+    D, E = "d" * 32, "e" * 32
+    assert not board.record(D, stats(0, "dee"))  # unverified: the board stays as it is
+    verified[D] = 1
+    assert board.record(D, stats(0, "dee"))  # C: the only row the host never verified
+    assert set(board.members) == {A, B, D} and board.total_rounds == 3
+    verified[E] = 1
+    assert not board.record(E, stats(0, "eve"))  # every other row is verified (or the host)
+    assert board.dropped == {"board_full": 2, "evicted_unverified": 1}
+
+
+def big_board(members: int = 256, rounds: int = 8) -> tuple[ClassBoard, list[str]]:
+    ids = [f"{i:032x}" for i in range(members)]
+    board = ClassBoard(host_id=ids[0])
+    for r in range(rounds):
+        for i, me in enumerate(ids):
+            learned = {ids[(i + k) % members]: (1, k % 2) for k in range(1, 9)}
+            board.record(me, stats(r, f"m{i}", trained_external=8, learned=learned))
+    return board, ids
+
+
+def test_a_class_of_256_costs_a_snapshot_only_what_changed_and_the_matrix_is_bounded() -> None:
+    """Issue 31 #3: every second the class view rebuilt every row from every round and an N x N
+    matrix (4.9-6.8 s a refresh at 256 members). Rows are rebuilt only when their member's
+    figures changed, the learned-from counts are kept as rounds arrive (and agree with a count
+    from scratch, a round reported again included), and the matrix holds the most active 16."""
+    from sapo_edge.classroom.board import MATRIX_MEMBERS
+
+    board, ids = big_board()
+    snap = board.snapshot()
+    assert board.row_builds == 256 and len(snap.members) == 256
+    again = board.snapshot()
+    assert board.row_builds == 256 and again.version == snap.version  # nothing changed
+    # a round reported again with other figures replaces its counts
+    board.record(ids[5], stats(7, "m5", trained_external=8, learned={ids[6]: (8, 8)}))
+    snap = board.snapshot()
+    assert board.row_builds == 257  # only that member's row
+    expect: dict[str, list[int]] = {}
+    for m in board.members.values():
+        for s in m.rounds.values():
+            for producer, (t, r) in s.learned.items():
+                pair = expect.setdefault(producer, [0, 0])
+                pair[0], pair[1] = pair[0] + t, pair[1] + r
+    for row in snap.members:
+        assert [row.used_by_others, row.rewarded_by_others] == expect.get(row.node_id, [0, 0])
+    assert len(snap.matrix_ids) == MATRIX_MEMBERS
+    assert set(snap.matrix) <= set(snap.matrix_ids)
+    assert all(set(row) <= set(snap.matrix_ids) for row in snap.matrix.values())
+    # what members are doing (a progress every 2 s from each) rebuilds no row and no counts
+    from sapo_edge.swarm.progress import Progress
+
+    given = board._exchange[1]
+    for i, me in enumerate(ids):
+        board.record_progress(me, Progress("generating", 8, 20, 1, 2, f"m{i}", "m", "t", "c"))
+    snap = board.snapshot()
+    assert board.row_builds == 257 and board._exchange[1] is given
+    assert {row.state for row in snap.members} == {"round 9 · generating 50%"}
+    assert len(board.snapshot(matrix_members=None).matrix_ids) == 256  # the report: everyone

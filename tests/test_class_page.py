@@ -109,7 +109,7 @@ def test_another_machine_sees_the_class_but_not_the_code_without_the_token(host)
         pytest.skip("this machine has no LAN address to play the other machine from")
     base = f"http://{lan[0]}:{host.services.web_port}"
     data = json.loads(get(base + "/class.json")[2])
-    assert data["code"] is None and len(data["members"]) == 5
+    assert data["code"] is None and len(data["members"]) == 6
     assert get(base + "/qr.svg")[0] == 403
     assert json.loads(get(base + f"/class.json?token={host.page_token}")[2])["code"] == CODE
     assert get(base + "/class.json?token=wrong")[0] == 200

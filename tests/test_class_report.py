@@ -65,3 +65,21 @@ def test_a_crowd_of_members_and_a_torn_byte_do_not_stop_the_report(tmp_path, cap
     assert len(list(csv.DictReader(open(tmp_path / "class.csv", encoding="utf-8")))) == 64
     for png in ("reward_curves.png", "learned_from.png"):
         assert max(Image.open(tmp_path / png).size) <= 2000
+
+
+def test_a_class_of_one_round_is_drawn_as_points(tmp_path) -> None:
+    """Issue 28: after one round reward_curves.png was blank (a line of one point draws
+    nothing; the x axis ran 0.96-1.04). Each round is a marker while there are few."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.classroom.report import write_report
+
+    board = ClassBoard(tmp_path / "class.jsonl", host_id=HOST)
+    board.record(HOST, RoundStats(0, 0.5, 1, 1, 0, 0, {}, "teacher", "m", "torch", "cpu"))
+    paths = write_report(tmp_path)
+    png = next(p for p in paths if p.name == "reward_curves.png")
+    import numpy as np
+
+    pixels = np.asarray(Image.open(png).convert("RGB"), dtype=int)
+    blue = np.array([0x1F, 0x77, 0xB4])  # the first member's colour (matplotlib's first)
+    near = int((np.abs(pixels - blue).sum(axis=2) < 40).sum())
+    assert near > 20, "the one round of the class is not drawn"

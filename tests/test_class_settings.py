@@ -192,3 +192,70 @@ def test_a_student_whose_clock_is_off_is_told_so() -> None:
     from sapo_edge.classroom.join import expired_count
 
     assert expired_count(transport) == 0
+
+
+def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
+    """Issue 28: after a laptop slept and rejoined, 'Cannot reach the class' stayed on screen
+    until quit, under a header saying it was in the class. The watcher says when it no longer
+    holds, and the dashboard's banner goes (a fatal error, or another warning, stays)."""
+    import asyncio
+    import threading
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from sapo_edge.classroom.join import NO_PATH_TITLE, PathWatcher
+    from sapo_edge.config import Config
+    from sapo_edge.tui.app import SapoDashboard
+    from sapo_edge.tui.messages import Problem, ProblemCleared
+    from sapo_edge.tui.widgets.problem import ProblemBanner
+
+    links: list[str] = []
+    transport = SimpleNamespace(
+        port=1, mdns=False, counters=Counter(), connected=lambda: list(links), peers=lambda: []
+    )
+    code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
+    joined = SimpleNamespace(
+        transport=transport,
+        code=code,
+        relay="ws://h:1",
+        host_address="h:1",
+        invite=SimpleNamespace(node_port=7744, relay_port=7745),
+    )
+    warned, cleared = threading.Event(), threading.Event()
+    events = []
+    watcher = PathWatcher(
+        joined,
+        lambda _t: None,
+        lambda t, _r: (events.append(("warn", t)), warned.set()),
+        clear=lambda t: (events.append(("clear", t)), cleared.set()),
+        every=0.02,
+        no_path_after=0.1,
+    ).start()
+    try:
+        assert warned.wait(5)
+        links.append("relay:ws://h:1")  # the laptop woke up and rejoined
+        assert cleared.wait(5)
+    finally:
+        watcher.stop()
+    assert events == [("warn", NO_PATH_TITLE), ("clear", NO_PATH_TITLE)]
+
+    app = SapoDashboard(Config(), start=False)
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            banner = app.query_one(ProblemBanner)
+            app.post_message(Problem(NO_PATH_TITLE, "check the Wi-Fi", fatal=False))
+            await pilot.pause()
+            assert banner.display
+            app.post_message(ProblemCleared("This laptop's clock looks wrong"))  # another one
+            await pilot.pause()
+            assert banner.display
+            app.post_message(ProblemCleared(NO_PATH_TITLE))
+            await pilot.pause()
+            assert not banner.display
+            app.post_message(Problem(NO_PATH_TITLE, "it ended", fatal=True))
+            app.post_message(ProblemCleared(NO_PATH_TITLE))
+            await pilot.pause()
+            assert banner.display  # a fatal error is never cleared
+
+    asyncio.run(drive())

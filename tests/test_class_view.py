@@ -128,3 +128,115 @@ def test_a_report_that_fails_does_not_end_the_class(host, monkeypatch) -> None:
         assert app.return_value == "ended"
 
     asyncio.run(drive())
+
+
+def test_a_class_of_256_is_read_off_the_ui_thread_and_redrawn_only_on_change(host) -> None:
+    """Issue 31 #3: the board is read on a worker thread (the keys never wait on it), the
+    learned-from table is bounded, and a refresh with nothing new redraws nothing."""
+    import threading
+
+    from test_class_board import big_board
+
+    from sapo_edge.classroom.board import MATRIX_MEMBERS
+
+    board, _ids = big_board()
+    board.host_id = host.board.host_id
+    host.board = board
+    readers: list[threading.Thread] = []
+    snapshot = board.snapshot
+
+    def counted(*a, **kw):
+        readers.append(threading.current_thread())
+        return snapshot(*a, **kw)
+
+    board.snapshot = counted
+    app, updates = ClassView(host, start=False), []
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            ui = threading.current_thread()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.query_one(MembersTable).row_count == 256
+            assert app.query_one(LearnedMatrix).row_count <= MATRIX_MEMBERS
+            app.on_class_updated = lambda m: updates.append(m)  # count what is posted now
+            for _ in range(3):
+                app.refresh_board()
+                await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert readers and all(t is not ui for t in readers)
+            await pilot.press("q")
+
+    asyncio.run(drive())
+    assert updates == []  # nothing changed: nothing posted, nothing redrawn
+
+
+def test_names_are_whole_where_the_terminal_has_room() -> None:
+    """Issue 28: the host's row read 'mellow-quo… (host)' in 140 columns. Names are cut only
+    where the terminal is narrow (120: 18 characters); the table fits the terminal."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.swarm.stats import RoundStats
+
+    host_id = "1" * 32
+    board = ClassBoard(host_id=host_id)
+    board.record(
+        host_id, RoundStats(0, 0.5, 1, 1, 0, 0, {}, "mrs-bennett-chemistry", "m", "t", "c")
+    )
+    seen = {}
+    for width in (120, 140):
+        app = ClassView(None, start=False)
+
+        async def look(app=app, width=width) -> None:
+            async with app.run_test(size=(width, 40)) as pilot:
+                app.post_message(ClassUpdated(board.snapshot(), "1 member · x"))
+                await pilot.pause()
+                table = app.query_one(MembersTable)
+                seen[width] = table.get_row_at(0)[0].plain
+                assert table.virtual_size.width <= table.size.width
+
+        asyncio.run(look())
+    assert seen == {120: "mrs-bennet… (host)", 140: "mrs-bennett-chemistry (host)"}
+
+
+def test_every_key_that_acts_says_so_in_one_line(host) -> None:
+    """Issue 28: s and r left nothing on screen. Every key that acts confirms in one line,
+    also when there is nothing for it to do (this laptop not training)."""
+    app = ClassView(host)
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            for key, words in (("s", "nothing to save"), ("p", "not training"), ("r", "report")):
+                before = len(app._notifications)
+                await pilot.press(key)
+                await pilot.pause()
+                new = [str(n.message) for n in list(app._notifications)[before:]]
+                assert any(words in text for text in new), (key, new)
+            await app.workers.wait_for_complete()
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_a_member_gone_quiet_reads_as_such() -> None:
+    """A member's state is its last word: once it has said nothing for a minute (it left, its
+    laptop sleeps), its row says 'quiet' rather than 'generating' forever."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.swarm.progress import Progress
+
+    now = [1000.0]
+    board = ClassBoard(clock=lambda: now[0])
+    board.record_progress("2" * 32, Progress("generating", 2, 9, 1, 4, "ada", "m", "t", "c"))
+    shown = []
+    for later in (30.0, 90.0):
+        now[0] = 1000.0 + later
+        app = ClassView(None, start=False)
+
+        async def look(app=app) -> None:
+            async with app.run_test(size=SIZE) as pilot:
+                app.post_message(ClassUpdated(board.snapshot(), "1 member · x"))
+                await pilot.pause()
+                shown.append(app.query_one(MembersTable).get_row_at(0)[1].plain)
+
+        asyncio.run(look())
+    assert shown == ["round 3 · generating 25%", "quiet"]

@@ -10,6 +10,7 @@ count below is certain; tests/test_classroom_cli.py runs the same on the tiny mo
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import pytest
@@ -159,9 +160,11 @@ def class_view_rows(host: ClassHost) -> set[tuple[str, str, str]]:
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             table = app.query_one(MembersTable)
+            labels = [str(c.label) for c in table.columns.values()]
+            at = [labels.index(k) for k in ("member", "rounds", "shared")]
             for i in range(table.row_count):
                 cells = table.get_row_at(i)
-                rows.add((cells[0].plain, str(cells[3]), str(cells[6])))
+                rows.add((cells[at[0]].plain, str(cells[at[1]]), str(cells[at[2]])))
 
     asyncio.run(look())
     return rows
@@ -363,3 +366,157 @@ def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
             joined.transport.close()
         h.close()
         server.stop()
+
+
+class _HoldTraining(Quiet):
+    """Holds its round at the training phase until `go` is set (bounded), so the test can look
+    at the class while the round is under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def on_phase(self, node, phase) -> None:
+        if phase == "training":
+            self.go.wait(20)
+
+
+def _row(host: ClassHost, node_id: str):
+    return next((m for m in host.board.snapshot().members if m.node_id == node_id), None)
+
+
+def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp_path) -> None:
+    """Issue 28: the board showed nobody until a member's first round ended (minutes on a busy
+    laptop). From the moment its network starts (before its model loads) a student has a row
+    that says what it is doing, from its signed progress messages; the header counts it on the
+    path that carries it."""
+    j = student(host, tmp_path, "ada")
+    j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
+    me = j.transport.ident.node_id
+    j.start_network()  # what `join` does before loading the model
+    try:
+        assert host.transport.wait_for(
+            lambda: getattr(_row(host, me), "state", "") == "loading the model", 10
+        ), host.board.snapshot().members
+        row = _row(host, me)
+        assert row.name == "ada" and row.rounds == 0 and row.recent_reward is None
+        linked(j)
+        assert host.describe().startswith(
+            "1 member · 1 linked directly (1 manual), 0 via the relay"
+        )
+        inner = _HoldTraining()
+        node = node_of(j.cfg, j.transport, "ada", j.callback(inner))
+        worker = threading.Thread(target=node.run_round, daemon=True)
+        worker.start()
+        try:  # its first round is under way: the row says so
+            assert host.transport.wait_for(
+                lambda: getattr(_row(host, me), "state", "") == "round 1 · training", 10
+            ), _row(host, me)
+            assert _row(host, me).rounds == 0
+        finally:
+            inner.go.set()
+            worker.join(30)
+        assert host.transport.wait_for(
+            lambda: (
+                getattr(_row(host, me), "state", "").startswith("round 1 done")
+                or getattr(_row(host, me), "rounds", 0) == 1
+            ),
+            10,
+        )
+        assert host.transport.counters["progress_delivered"] >= 2
+        assert not any(k.startswith("rejected:stats_") for k in host.transport.counters)
+    finally:
+        j.transport.close()
+
+
+def test_a_flood_of_fresh_identities_cannot_keep_a_later_student_off_the_board(
+    host, tmp_path
+) -> None:
+    """Issue 31 #2: with the code, anyone can sign stats under fresh identities; 256 of them
+    through the host's relay filled the board (first come, first served) and every later student
+    was verified but never shown (board_full). A student whose groups the host verified takes
+    the row of a member the host never verified anything from."""
+    import asyncio
+
+    from swarm_util import connect
+
+    from sapo_edge.swarm.batches import seal
+    from sapo_edge.swarm.stats import RoundStats, make_stats
+
+    keys = host.transport.keys
+    relay = f"ws://127.0.0.1:{host.services.relay_port}"
+    assert host.transport.wait_for(lambda: f"relay:{relay}" in host.transport.connected(), 10)
+    fake = RoundStats(0, 1.0, 0, 0, 0, 0, {}, "fake", "m", "torch", "cpu")
+
+    async def flood() -> None:
+        clients = [await connect(relay, Identity.generate(), keys, relay=True) for _ in range(3)]
+        try:
+            sent = 0
+            while len(host.board.members) < host.board.max_members:
+                for c in clients:  # the relay takes 120 a minute from each
+                    for _ in range(10):
+                        await c.send_sealed(
+                            seal(keys, make_stats(Identity.generate(), keys, fake)[0])
+                        )
+                        sent += 1
+                await asyncio.to_thread(
+                    host.transport.wait_for,
+                    lambda s=sent: host.transport.counters["stats_delivered"] >= s - 20,
+                    10,
+                )
+                assert sent < 330, f"the board never filled: {len(host.board.members)}"
+        finally:
+            for c in clients:
+                await c.close()
+
+    asyncio.run(flood())
+    assert len(host.board.members) == host.board.max_members
+    j = student(host, tmp_path, "ada")
+    me = j.transport.ident.node_id
+    node = node_of(j.cfg, j.transport, "ada", j.callback(Quiet()))
+    j.transport.start()
+    try:
+        linked(j)
+        node.run_round()  # shares its groups (the host verifies them), then its figures
+        assert host.transport.wait_for(lambda: me in host.board.members, 10), host.board.dropped
+        row = _row(host, me)
+        assert row.name == "ada" and row.received_here == host.cfg.questions_per_round
+        assert len(host.board.members) == host.board.max_members
+        assert host.board.dropped["evicted_unverified"] == 1
+    finally:
+        j.transport.close()
+
+
+def test_the_host_says_goodbye_on_every_path_and_students_are_told(host, tmp_path) -> None:
+    """Issue 28: after the host's q, students kept training with no word. The host's signed
+    "ended" reaches a student linked to its address and one that only has the relay; each is
+    told once (its own choice: stop, or go on alone); a member's forged goodbye is ignored."""
+    direct, far = student(host, tmp_path, "ada"), student(host, tmp_path, "bob")
+    far.transport.manual = []  # the host's address is unreachable: the relay only
+    told = {"ada": [], "bob": []}
+    for j in (direct, far):
+        j.on_class_ended.append(lambda j=j: told[j.cfg.name].append(1))
+        j.transport.start()
+    try:
+        assert direct.transport.wait_for(
+            lambda: host.transport.ident.node_id in direct.transport.connected(), 10
+        )
+        relay = f"relay:{far.relay}"
+        for j in (direct, far):
+            assert j.transport.wait_for(lambda j=j: relay in j.transport.connected(), 10)
+        assert host.transport.ident.node_id not in far.transport.connected()
+        # a member's own "ended" (anyone in the room can sign one) is not the host's
+        from sapo_edge.swarm.progress import Progress
+
+        direct.transport.send_goodbye(Progress("ended", name="teacher"))
+        assert far.transport.wait_for(lambda: far.transport.counters["progress_delivered"] >= 1, 10)
+        assert not far.class_ended.is_set()
+        said = []
+        host.end(said.append)
+        for j in (direct, far):
+            assert j.class_ended.wait(10), j.cfg.name
+        assert told == {"ada": [1], "bob": [1]}
+        assert said and said[0].startswith("told the class it ended")
+    finally:
+        for j in (direct, far):
+            j.transport.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import pytest
@@ -15,9 +16,16 @@ from swarm_util import KEYS, RelayThread, connect, keys_of
 
 from sapo_edge.swarm.batches import BatchRejected, seal
 from sapo_edge.swarm.identity import Identity
+from sapo_edge.swarm.progress import PROGRESS_PER_MINUTE, Progress, ProgressSender
 from sapo_edge.swarm.protocol import MAX_STATS_BYTES, ProtocolError, Stats, parse_message
 from sapo_edge.swarm.roomkey import new_room_key
-from sapo_edge.swarm.stats import MAX_PRODUCERS, RoundStats, StatsVerifier, make_stats
+from sapo_edge.swarm.stats import (
+    MAX_PRODUCERS,
+    RoundStats,
+    StatsVerifier,
+    make_progress,
+    make_stats,
+)
 
 OTHER = "ab" * 16
 
@@ -314,3 +322,133 @@ def test_the_class_stats_route_carries_stats_only() -> None:
     assert counters["rollouts_on_stats_route"] == 1 and len(got) == 1
     intake.accept(route, "relay", sealed(member, KEYS, round_=1, start=4))  # a batch subject
     assert counters["delivered"] == 1
+
+
+def progress_box(ident: Identity, progress_obj: dict, keys=None, **body_over) -> bytes:
+    """A signed progress envelope around any JSON object (to send what make_progress refuses)."""
+    from sapo_edge.safejson import dumps_canonical
+
+    keys = keys or KEYS
+    body = dumps_canonical(
+        {
+            "v": 2,
+            "id": os.urandom(16).hex(),
+            "sender": ident.node_id,
+            "room": keys.lan_id,
+            "sent_at": time.time(),
+            "progress": progress_obj,
+            **body_over,
+        }
+    )
+    msg = {
+        "type": "stats",
+        "sender": ident.node_id,
+        "public_key": ident.public_key.hex(),
+        "body": body,
+        "signature": ident.sign(body.encode()).hex(),
+    }
+    return seal(keys, json.dumps(msg).encode())
+
+
+def test_progress_travels_and_every_bad_one_is_refused_and_counted(nodes) -> None:
+    """A member's progress (what it is doing now) is signed and sealed like its stats; a forged,
+    oversized, malformed or too frequent one is refused and counted as stats_progress_<reason>
+    (charged to its signer), and good ones still arrive."""
+    node = nodes(reject_threshold=1000)
+    got = []
+    node.on_stats = got.append
+    me = Identity.generate()
+    good = Progress("generating", 2, 10, 12, 48, "ada", "smollm2-135m", "torch", "cpu").to_json()
+    forged = json.loads(make_progress(me, KEYS, Progress("training", name="ada"))[0])
+    forged["signature"] = ("00" if forged["signature"][:2] != "00" else "11") + forged["signature"][
+        2:
+    ]
+    padded = {**good, "model": "m" * 120, "name": "n" * 40, "device": "d" * 40}
+    cases = [
+        (seal(KEYS, make_progress(me, KEYS, Progress("loading", name="ada"))[0]), None),
+        (progress_box(me, good), None),
+        (seal(KEYS, json.dumps(forged).encode()), "stats_bad_signature"),
+        (progress_box(me, padded, pad="x" * 600), "stats_progress_too_large"),  # > 1 KB
+        (progress_box(me, {**good, "phase": "hacking"}), "stats_progress_bad_value"),
+        (progress_box(me, {**good, "done": 49}), "stats_progress_bad_value"),  # over total
+        (progress_box(me, {**good, "name": "evil\x1b]52;c;aGk=\x07"}), "stats_progress_bad_value"),
+        (progress_box(me, {**good, "extra": 1}), "stats_progress_unknown_field"),
+        (progress_box(me, good, rounds=[]), "stats_progress_unknown_field"),
+        (progress_box(me, good, sent_at=time.time() - 86400), "stats_expired"),
+    ]
+
+    async def go() -> None:
+        c = await connect(f"ws://127.0.0.1:{node.port}/ws", me)
+        try:
+            for data, reason in cases:
+                before = node.rejections(me.node_id)[reason] if reason else len(got)
+                await c.send_sealed(data)
+                if reason is None:
+                    ok = await asyncio.to_thread(node.wait_for, lambda b=before: len(got) > b, 5)
+                else:
+                    ok = await asyncio.to_thread(
+                        node.wait_for,
+                        lambda r=reason, b=before: node.rejections(me.node_id)[r] > b,
+                        5,
+                    )
+                assert ok, f"{reason} was not counted: {node.rejections(me.node_id)}"
+            # too frequent: the per-minute budget for progress is its own (stats still pass)
+            for _ in range(PROGRESS_PER_MINUTE):
+                await c.send_sealed(progress_box(me, good))
+            await c.send_sealed(stats_box(me, figures(4)))
+            await asyncio.to_thread(
+                node.wait_for,
+                lambda: (
+                    node.rejections(me.node_id)["stats_progress_rate_limited"] >= 6
+                    and node.counters["stats_delivered"] == 1
+                ),
+                10,
+            )
+        finally:
+            await c.close()
+
+    asyncio.run(go())
+    # the budget counts every signed progress from the room that got as far as its figures: 2
+    # good, 4 with bad figures, then the flood of 45: 6 over
+    assert node.rejections(me.node_id)["stats_progress_rate_limited"] == 6
+    assert node.counters["progress_delivered"] == PROGRESS_PER_MINUTE - 4
+    assert [v.progress.phase for v in got[:2]] == ["loading", "generating"]
+    assert got[1].progress.describe() == "round 3 · generating 25%"
+    assert [v.rounds[0].round for v in got if v.progress is None] == [4]
+
+
+def test_a_sender_sends_the_newest_progress_at_most_every_interval_and_repeats_it() -> None:
+    """ProgressSender: bursts of states become one message per interval (the newest), and an
+    unchanged state is said again after `repeat` (a link that came up since hears it)."""
+    now, timers, sent, at = [0.0], [], [], []
+    sender = ProgressSender(
+        lambda p: (sent.append(p), at.append(now[0])),
+        lambda d, fn: timers.append((now[0] + d, fn)),
+        every=2.0,
+        repeat=10.0,
+        clock=lambda: now[0],
+    )
+
+    def advance(to: float) -> None:
+        while True:
+            due = sorted((t, i) for i, (t, _) in enumerate(timers) if t <= to)
+            if not due:
+                break
+            t, i = due[0]
+            now[0] = t
+            timers.pop(i)[1]()
+        now[0] = to
+
+    for k in range(100):  # a burst of generating steps within 1 s
+        now[0] = k / 100
+        sender.offer(Progress("generating", done=k, total=100))
+    assert [p.done for p in sent] == [0]
+    advance(2.0)
+    assert [p.done for p in sent] == [0, 99]  # the newest, once the interval passed
+    advance(11.9)
+    assert len(sent) == 2
+    advance(12.0)
+    assert [p.done for p in sent] == [0, 99, 99]  # said again
+    advance(60.0)
+    assert len(sent) == 3 + 4  # at 22, 32, 42 and 52 s
+    assert all(b - a >= 2.0 for a, b in zip(at, at[1:], strict=False))

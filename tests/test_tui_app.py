@@ -391,3 +391,33 @@ def test_a_finished_run_hides_the_last_phase_progress_bar():
             assert "done after" in str(app.query_one(RoundProgress).query_one("#phase").render())
 
     asyncio.run(drive())
+
+
+def test_a_resumed_run_s_chart_starts_from_its_earlier_rounds(tmp_path):
+    """Issue 28: after a resume the dashboard's reward chart started empty. The rounds before
+    the resume come from metrics.jsonl (a torn line skipped), then the new ones follow."""
+    import dataclasses
+
+    from sapo_edge.tui.bridge import reward_history
+    from sapo_edge.tui.messages import NodeStarted
+    from sapo_edge.tui.widgets.reward_chart import RewardChart
+
+    metrics = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"round": r, "reward_mean": 0.1 * r}) for r in range(3)]
+    metrics.write_text("\n".join([*lines, '{"round": 3, "rew']) + "\n")
+    history = reward_history(metrics, before=3)
+    assert history == [(0, 0.0), (1, 0.1), (2, 0.1 * 2)]
+    app = SapoDashboard(Config(), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            fields = {f.name: 0 for f in dataclasses.fields(NodeStarted)}
+            fields.update(name="n", node_id="0" * 32, room="", transport="", backend="torch")
+            fields.update(device="cpu", dtype="float32", model="m", history=history)
+            app.post_message(NodeStarted(**fields))
+            app.post_message(RoundDone(3, 0.4, None, {}, 10, 1.0, 2.0, 0.0, 1.0, 1, 0, 0, 0))
+            await pilot.pause()
+            chart = app.query_one(RewardChart)
+            assert chart.rounds == [1, 2, 3, 4] and chart.rewards[-1] == 0.4
+
+    asyncio.run(drive())

@@ -1,6 +1,8 @@
 """The host's record of the class: every member's verified (signed, but self-reported) per-round
 figures, kept by node id so a member that leaves and comes back keeps its row; appended to
-class.jsonl in the run folder; and snapshots of plain values for the views and the report.
+class.jsonl in the run folder; what each member says it is doing now (its progress: a row from
+the moment it is in the room, before its first round ends; not saved); and snapshots of plain
+values for the views and the report.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..swarm.identity import name_for_id
 from ..swarm.peerbook import peer_name
+from ..swarm.progress import Progress
 from ..swarm.protocol import ProtocolError
 from ..swarm.stats import RoundStats
 from ..textsafe import clean
@@ -30,6 +33,8 @@ MAX_ROUNDS = 2_000  # rounds kept per member (the newest)
 MAX_TOTAL_ROUNDS = 20_000  # rounds kept for the whole class (the largest rows give up theirs)
 MEMBER_FILE_BYTES = 2 << 20  # class.jsonl bytes per member (~3,000 honest rounds; 256 members:
 # 512 MiB at most); past it the view still shows its rounds, the file (and report) lacks them
+MAX_LEARNED = 512  # producers one member's "learned from" counts keep (a class has <= 256)
+MATRIX_MEMBERS = 16  # members the views' "who learned from whom" shows (the most active)
 REPORTS_PER_ROUND = 2  # records per member: its rounds kept, twice over (a resumed run redoes a
 # few rounds); past that its figures are refused and counted (an honest member never gets there)
 
@@ -55,7 +60,8 @@ class MemberRow:
     aha: int
     received_here: int | None  # groups the host itself verified from it (None: the host, or
     # a board read back from class.jsonl without the host's counts)
-    last_seen: float  # unix time of its newest figures
+    last_seen: float  # unix time of its newest figures or progress
+    state: str = ""  # what it says it is doing: 'round 3 · generating 40%', 'round 2 done'
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class ClassSnapshot:
     baseline: list[tuple[int, float]]  # mean of the solo baselines per round (empty: none)
     matrix: dict[str, dict[str, tuple[int, int]]]  # producer -> learner -> (trained, rewarded)
     now: float
+    matrix_ids: list[str] = field(default_factory=list)  # the members in `matrix`, in order
+    version: int = 0  # the board's version: equal versions, equal figures (not `now`/received)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for the projector page and class.json (lists, no tuples)."""
@@ -75,6 +83,7 @@ class ClassSnapshot:
             "swarm_mean": [list(p) for p in self.swarm_mean],
             "baseline": [list(p) for p in self.baseline],
             "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
+            "matrix_ids": list(self.matrix_ids),
             "now": self.now,
         }
 
@@ -82,17 +91,40 @@ class ClassSnapshot:
 @dataclass
 class _Member:
     node_id: str
-    latest: RoundStats
+    latest: RoundStats | None  # its newest round's figures (None: only its progress so far)
     rounds: dict[int, RoundStats] = field(default_factory=dict)
     last_seen: float = 0.0
     records: int = 0  # figures recorded (new rounds and reports of a round again)
     saved_bytes: int = 0  # its lines in class.jsonl
+    progress: Progress | None = None  # what it said it is doing, at progress_at
+    progress_at: float = 0.0
+    round_at: float = 0.0  # when its newest round's figures arrived
+    learned: dict[str, list[int]] = field(default_factory=dict)  # producer -> [trained,
+    # rewarded] over its rounds since the class began (kept as rounds arrive, not per snapshot)
+    version: int = 0  # bumped on every change (the snapshot rebuilds only changed rows)
+
+    def claimed(self) -> Progress | RoundStats:
+        """Its newest claim with a name, model and backend (a round's figures, or its progress)."""
+        if self.latest is None or (self.progress is not None and self.progress_at > self.round_at):
+            return self.progress or self.latest  # type: ignore[return-value]
+        return self.latest
+
+    def state(self) -> str:
+        if self.latest is not None and (self.progress is None or self.round_at >= self.progress_at):
+            return f"round {self.latest.round + 1} done"
+        return self.progress.describe() if self.progress is not None else ""
 
 
 class ClassBoard:
     """Thread-safe: the network loop records, the views take snapshots. `received` (optional)
     gives the groups the host's own transport verified per node id; `on_change` is called after
-    each record (from the recording thread)."""
+    each record (from the recording thread).
+
+    Rows are first come, first served up to `max_members`, but identities are free to anyone
+    with the room key: on a full board, a member whose groups the host has verified takes the
+    row of the longest silent member the host never verified anything from (counted as
+    `evicted_unverified`), so a flood of fresh signed identities cannot keep the class's
+    students off the board (only the host's own transport's counts vouch: a claim cannot)."""
 
     def __init__(
         self,
@@ -114,26 +146,37 @@ class ClassBoard:
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
         self._lock = threading.Lock()
+        self.version = 0  # bumped on every change
+        self.rounds_version = 0  # bumped when rounds or rows change (not on progress)
+        self._exchange: tuple[Any, ...] | None = None  # (key, given, matrix, matrix ids, means)
+        self.row_builds = 0  # member rows rebuilt by snapshots (only those that changed)
+        self._rows: dict[str, tuple[_Member, int, _RowParts]] = {}  # id -> (row, version, parts)
+        self._cached: tuple[Any, ...] | None = None  # (version, matrix bound, the figures)
 
     # ------------------------------------------------------------------ recording
     def record(self, sender: str, stats: RoundStats, at: float | None = None) -> bool:
         """Keep one round's figures of `sender` (a later report of the same round replaces it);
         False when the board is full of other members."""
         at = self.clock() if at is None else at
+        vouched = self._vouched(sender)
         with self._lock:
-            m = self.members.get(sender)
+            m = self._row(sender, vouched)
             if m is None:
-                if len(self.members) >= self.max_members:
-                    self.dropped["board_full"] += 1
-                    return False
-                m = self.members[sender] = _Member(sender, stats)
+                return False
             if m.records >= REPORTS_PER_ROUND * self.max_rounds:
                 self.dropped["member_over_records"] += 1
                 return False
             m.records += 1
-            m.latest, m.last_seen = stats, max(m.last_seen, at)
-            self.total_rounds += stats.round not in m.rounds
+            if m.latest is None or stats.round >= m.latest.round:
+                m.latest, m.round_at = stats, at
+            m.last_seen = max(m.last_seen, at)
+            old = m.rounds.get(stats.round)
+            self.total_rounds += old is None
             m.rounds[stats.round] = stats
+            self._learn(m, old, stats)
+            m.version += 1
+            self.version += 1
+            self.rounds_version += 1
             while len(m.rounds) > self.max_rounds:
                 self._forget_oldest(m)
             while self.total_rounds > self.max_total_rounds:
@@ -156,13 +199,92 @@ class ClassBoard:
             self.on_change()
         return True
 
+    def _vouched(self, sender: str) -> dict[str, int] | None:
+        """The host's verified counts when `sender` would need a row on a full board and the
+        host has verified groups from it (else None); read before the board's lock is taken."""
+        if sender in self.members or len(self.members) < self.max_members or self.received is None:
+            return None
+        try:
+            received = self.received()
+        except Exception:  # noqa: BLE001 - a transport bug: first come, first served
+            return None
+        return received if received.get(sender, 0) > 0 else None
+
+    def _row(self, sender: str, vouched: dict[str, int] | None = None) -> _Member | None:
+        """The sender's row, a new one when there is room (lock held); on a full board a sender
+        the host vouches for (`vouched`: the verified counts) takes the row of the longest
+        silent member it never verified anything from; None: no row for it."""
+        m = self.members.get(sender)
+        if m is None:
+            if len(self.members) >= self.max_members:
+                unverified = [
+                    x
+                    for k, x in self.members.items()
+                    if vouched is not None and k != self.host_id and vouched.get(k, 0) <= 0
+                ]
+                if not unverified:
+                    self.dropped["board_full"] += 1
+                    return None
+                gone = min(unverified, key=lambda x: x.last_seen)
+                del self.members[gone.node_id]
+                self.total_rounds -= len(gone.rounds)
+                self.dropped["evicted_unverified"] += 1
+            m = self.members[sender] = _Member(sender, None)
+            self.rounds_version += 1  # another set of rows: who learned from whom moves
+        return m
+
+    def _learn(self, m: _Member, old: RoundStats | None, new: RoundStats) -> None:
+        """Keep m's learned-from counts as rounds arrive: a round reported again replaces its
+        counts; at most MAX_LEARNED producers (a hostile learner naming endless ids)."""
+        if old is not None:
+            for producer, (t, r) in old.learned.items():
+                pair = m.learned.get(producer)
+                if pair is not None:
+                    pair[0], pair[1] = max(0, pair[0] - t), max(0, pair[1] - r)
+        for producer, (t, r) in new.learned.items():
+            pair = m.learned.get(producer)
+            if pair is None:
+                if len(m.learned) >= MAX_LEARNED:
+                    self.dropped["learned_over_producers"] += 1
+                    continue
+                pair = m.learned[producer] = [0, 0]
+            pair[0] += t
+            pair[1] += r
+
+    def record_progress(self, sender: str, progress: Progress, at: float | None = None) -> bool:
+        """What `sender` says it is doing now (kept in memory only); False when the board is
+        full of other members."""
+        at = self.clock() if at is None else at
+        vouched = self._vouched(sender)
+        with self._lock:
+            m = self._row(sender, vouched)
+            if m is None:
+                return False
+            if at >= m.progress_at:
+                m.progress, m.progress_at = progress, at
+            m.last_seen = max(m.last_seen, at)
+            self.version += 1  # its rounds did not change: its row's figures stand
+        if self.on_change is not None:
+            self.on_change()
+        return True
+
+    def heard_since(self, since: float) -> list[str]:
+        """The node ids whose figures or progress arrived after `since` (unix time)."""
+        with self._lock:
+            return [k for k, m in self.members.items() if m.last_seen > since]
+
     def _forget_oldest(self, m: _Member) -> None:
         del m.rounds[min(m.rounds)]
         self.total_rounds -= 1
+        m.version += 1
+        self.rounds_version += 1
 
     def on_stats(self, verified: Any) -> None:
         """NetworkTransport.on_stats: a member's verified recent rounds (a round already here
-        is kept unless its figures changed)."""
+        is kept unless its figures changed), or what it is doing now."""
+        if verified.progress is not None:
+            self.record_progress(verified.sender, verified.progress)
+            return
         for stats in verified.rounds:
             with self._lock:
                 m = self.members.get(verified.sender)
@@ -171,9 +293,12 @@ class ClassBoard:
                 self.record(verified.sender, stats)
 
     @classmethod
-    def load(cls, path: Path, host_id: str = "") -> ClassBoard:
-        """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted."""
-        board = cls(None, host_id=host_id)
+    def load(
+        cls, path: Path, host_id: str = "", received: dict[str, int] | None = None
+    ) -> ClassBoard:
+        """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted.
+        `received`: the host's verified counts (members it vouches for keep their rows)."""
+        board = cls(None, host_id=host_id, received=None if received is None else lambda: received)
         with open(path, encoding="utf-8", errors="replace") as f:  # a torn byte: its line only
             for line in f:
                 try:
@@ -188,7 +313,10 @@ class ClassBoard:
         return board
 
     # ------------------------------------------------------------------ reading
-    def snapshot(self) -> ClassSnapshot:
+    def snapshot(self, matrix_members: int | None = MATRIX_MEMBERS) -> ClassSnapshot:
+        """The class as plain values. Cheap when little changed: a member's row is rebuilt
+        only when its figures changed, the learned-from counts are kept as rounds arrive, and
+        the matrix holds the `matrix_members` most active members (None: all with a round)."""
         received = {}
         if self.received is not None:
             try:
@@ -196,53 +324,131 @@ class ClassBoard:
             except Exception:  # noqa: BLE001 - a transport bug must not take the view down
                 received = {}
         with self._lock:
-            members = list(self.members.values())
-            rounds = {m.node_id: dict(m.rounds) for m in members}
-        matrix: dict[str, dict[str, tuple[int, int]]] = {}
+            cached = self._cached
+            if cached is None or cached[:2] != (self.version, matrix_members):
+                cached = self._cached = (
+                    self.version,
+                    matrix_members,
+                    *self._figures(matrix_members),
+                )
+        _v, _b, rows, curves, mean, base, matrix, matrix_ids = cached
+        if self.received is not None:  # the host's counts move without the board changing
+            rows = [
+                replace(r, received_here=None if r.is_host else int(received.get(r.node_id, 0)))
+                for r in rows
+            ]
+        return ClassSnapshot(
+            rows, curves, mean, base, matrix, self.clock(), matrix_ids, self.version
+        )
+
+    def _figures(self, matrix_members: int | None) -> tuple[Any, ...]:
+        """Rows (received_here left to the caller), curves, means, matrix (lock held)."""
+        members = list(self.members.values())
         ids = {m.node_id for m in members}
-        for learner, by_round in rounds.items():
-            for s in by_round.values():
-                for producer, (t, r) in s.learned.items():
-                    if producer in ids and producer != learner:
-                        t0, r0 = matrix.setdefault(producer, {}).get(learner, (0, 0))
-                        matrix[producer][learner] = (t0 + t, r0 + r)
+        parts: dict[str, _RowParts] = {}
+        fresh: dict[str, tuple[_Member, int, _RowParts]] = {}
+        for m in members:
+            had = self._rows.get(m.node_id)
+            if had is None or had[0] is not m or had[1] != m.version:
+                self.row_builds += 1
+                had = (m, m.version, _RowParts.of(m))
+            fresh[m.node_id] = had
+            parts[m.node_id] = had[2]
+        self._rows = fresh  # rows of members no longer here go
+        key = (self.rounds_version, matrix_members)
+        if self._exchange is None or self._exchange[0] != key:  # progress alone: kept
+            self._exchange = (key, self._given(members, ids), None, None, {})
+        given = self._exchange[1]
         names = _display_names(members)
         rows, curves = [], {}
         for m in sorted(members, key=lambda m: (m.node_id != self.host_id, names[m.node_id])):
-            ordered = [rounds[m.node_id][k] for k in sorted(rounds[m.node_id])]
-            rewards = [s.reward for s in ordered]
-            curves[m.node_id] = [(s.round + 1, s.reward) for s in ordered]
-            given = matrix.get(m.node_id, {}).values()
-            s = m.latest
+            p, s = parts[m.node_id], m.claimed()
+            curves[m.node_id] = p.curve
+            t, r = given.get(m.node_id, (0, 0))
             rows.append(
                 MemberRow(
                     node_id=m.node_id,
                     name=names[m.node_id],
-                    backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}",
+                    backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}" if s.backend else "",
                     model=clean(s.model, 120),
                     role=s.role,
                     is_host=m.node_id == self.host_id,
-                    rounds=len(ordered),
-                    last_round=ordered[-1].round,
-                    rewards=rewards,
-                    recent_reward=statistics.fmean(rewards[-RECENT:]) if rewards else None,
-                    shared=sum(x.shared for x in ordered),
-                    used_by_others=sum(t for t, _ in given),
-                    rewarded_by_others=sum(r for _, r in given),
-                    aha=sum(x.aha for x in ordered),
-                    received_here=None
-                    if m.node_id == self.host_id or self.received is None
-                    else int(received.get(m.node_id, 0)),
+                    rounds=len(p.curve),
+                    last_round=p.curve[-1][0] - 1 if p.curve else -1,
+                    rewards=[v for _, v in p.curve],
+                    recent_reward=statistics.fmean([v for _, v in p.curve[-RECENT:]])
+                    if p.curve
+                    else None,
+                    shared=p.shared,
+                    used_by_others=t,
+                    rewarded_by_others=r,
+                    aha=p.aha,
+                    received_here=None,
                     last_seen=m.last_seen,
+                    state=clean(m.state(), 60),
                 )
             )
-        return ClassSnapshot(
-            rows,
-            curves,
-            _mean_by_round(rows, curves, "member"),
-            _mean_by_round(rows, curves, "baseline"),
-            matrix,
-            self.clock(),
+        _key, _given, matrix, matrix_ids, means = self._exchange
+        if matrix is None:
+            matrix, matrix_ids = self._matrix(rows, members, matrix_members)
+            self._exchange = (key, given, matrix, matrix_ids, means)
+        roles = tuple(r.role for r in rows)  # a claimed role may change with a progress
+        if roles not in means:
+            means.clear()
+            means[roles] = (
+                _mean_by_round(rows, curves, "member"),
+                _mean_by_round(rows, curves, "baseline"),
+            )
+        mean, base = means[roles]
+        return rows, curves, mean, base, matrix, matrix_ids
+
+    @staticmethod
+    def _given(members: list[_Member], ids: set[str]) -> dict[str, list[int]]:
+        """Per producer on the board: [groups others trained on, of those rewarded]."""
+        given: dict[str, list[int]] = {}
+        for m in members:
+            for producer, (t, r) in m.learned.items():
+                if producer != m.node_id and producer in ids:
+                    pair = given.setdefault(producer, [0, 0])
+                    pair[0] += t
+                    pair[1] += r
+        return given
+
+    def _matrix(
+        self, rows: list[MemberRow], members: list[_Member], matrix_members: int | None
+    ) -> tuple[dict[str, dict[str, tuple[int, int]]], list[str]]:
+        """Who learned from whom among the `matrix_members` most exchanging members."""
+        active = [row for row in rows if row.rounds]
+        if matrix_members is not None and len(active) > matrix_members:  # the most exchanged
+            by = {m.node_id: sum(t for t, _ in m.learned.values()) for m in members}
+            keep = sorted(active, key=lambda r: -(r.used_by_others + by[r.node_id]))
+            keep_ids = {r.node_id for r in keep[:matrix_members]}
+            active = [r for r in active if r.node_id in keep_ids]
+        matrix_ids = [r.node_id for r in active]
+        shown = set(matrix_ids)
+        matrix: dict[str, dict[str, tuple[int, int]]] = {}
+        for learner in (self.members[k] for k in matrix_ids):
+            for producer, (t, r) in learner.learned.items():
+                if producer in shown and producer != learner.node_id and t:
+                    matrix.setdefault(producer, {})[learner.node_id] = (t, r)
+        return matrix, matrix_ids
+
+
+@dataclass(frozen=True)
+class _RowParts:
+    """What a member's row needs from its rounds (rebuilt only when they change)."""
+
+    curve: list[tuple[int, float]]  # (round, 1-based; reward), oldest first
+    shared: int
+    aha: int
+
+    @classmethod
+    def of(cls, m: _Member) -> _RowParts:
+        ordered = [m.rounds[k] for k in sorted(m.rounds)]
+        return cls(
+            [(s.round + 1, s.reward) for s in ordered],
+            sum(s.shared for s in ordered),
+            sum(s.aha for s in ordered),
         )
 
 
@@ -255,7 +461,7 @@ def _display_names(members: list[_Member]) -> dict[str, str]:
     """Announced names made safe (a copied derived name shows the sender's own; the views'
     row marks are not part of a name); two members showing one name are told apart by ids."""
     names = {
-        m.node_id: _MARKS.sub("", peer_name(m.latest.name, m.node_id)).strip()
+        m.node_id: _MARKS.sub("", peer_name(m.claimed().name, m.node_id)).strip()
         or name_for_id(m.node_id)
         for m in members
     }

@@ -144,7 +144,9 @@ def run_host_headless(host: Any) -> int:
         except KeyboardInterrupt:
             pass
     lines.stop()
-    end_of_class(host.out_dir, _say, host.received_counts())
+    received = host.received_counts()
+    host.end(_say)
+    end_of_class(host.out_dir, _say, received)
     return exit_code(received[0]) if received else 0
 
 
@@ -186,6 +188,9 @@ class RoundLines:
         for m in snap.members:
             if self.shown.get(m.node_id) != (m.rounds, m.last_round):
                 self.shown[m.node_id] = (m.rounds, m.last_round)
+                if not m.rounds:  # in the room, its first round under way
+                    self.say(f"class: {clean(m.name, 24)} is in · {clean(m.state, 60)}")
+                    continue
                 reward = "-" if m.recent_reward is None else f"{m.recent_reward:.3f}"
                 self.say(
                     f"class: {clean(m.name, 24)} round {m.last_round + 1} · reward (last 5) "
@@ -219,7 +224,7 @@ def _print_code(host: Any) -> None:
 # --------------------------------------------------------------------------------- join
 def join_command(args: argparse.Namespace) -> int:
     from ..backends import select_backend
-    from .join import PathWatcher, join_class
+    from .join import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy, join_class
 
     local = {k: v for k, v in vars(args).items() if k in LOCAL_FIELDS and v is not None}
     _kind, device = select_backend(local.get("backend", "auto"), log=lambda _m: None)
@@ -237,7 +242,11 @@ def join_command(args: argparse.Namespace) -> int:
         joined,
         say=lambda text: _say(f"{name:>8} {text}"),
         warn=lambda title, remedy: _say(f"{name:>8} {title}: {remedy}"),
+        clear=lambda title: _say(f"{name:>8} resolved: {title} (no longer holds)"),
     ).start()
+    remedy = class_ended_remedy("Ctrl-C")
+    joined.on_class_ended.append(lambda: _say(f"{name:>8} {CLASS_ENDED_TITLE}: {remedy}"))
+    joined.start_network()  # the class sees this laptop while its model loads
     try:
         return run_headless(joined.cfg, transport=joined.transport, wrap=joined.callback)
     finally:

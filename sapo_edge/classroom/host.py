@@ -12,6 +12,7 @@ import json
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +27,12 @@ from ..swarm.identity import Identity
 from ..swarm.loop_thread import run_service_loop
 from ..swarm.nats_transport import is_nats_url, room_subjects
 from ..swarm.network import NetworkTransport
+from ..swarm.progress import Progress
 from ..swarm.relay import Relay, RelayLimits
 from ..swarm.roomkey import new_room_key
 from .board import CLASS_FILE, ClassBoard
 from .code import format_code, qr_lines
-from .member import ClassMember
+from .member import ClassMember, printable
 from .settings import describe_task, make_invite
 
 INFO_FILE = "class-info.json"  # who hosted, the task: what `report` needs besides class.jsonl
@@ -186,6 +188,7 @@ class ClassHost:
         self.page_token = secrets.token_urlsafe(12)
         self.task = describe_task(make_invite(cfg, 0, 0, "").settings)
         self.code = ""
+        self.name = ""  # this node's name in the class (set by start)
         self.admit_port = 0
         self.started_at = time.time()
         self.transport: _HostTransport | None = None
@@ -255,11 +258,16 @@ class ClassHost:
             raise
         self.admit_port = self.services.relay_port if own_relay else self.transport.port
         invite = make_invite(
-            self.cfg, self.transport.port, self.services.relay_port if own_relay else 0, name
+            self.cfg,
+            self.transport.port,
+            self.services.relay_port if own_relay else 0,
+            name,
+            ident.node_id,
         )
         if is_nats_url(self.cfg.relay):  # a server with per-room users needs them (rooms.conf)
             subjects = " and ".join(room_subjects(self.transport.keys.relay_id))
             self.log(f"NATS: this class publishes on {subjects} (packaging/nats/rooms.conf)")
+        self.name = name
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
         self.new_code()
         info = {
@@ -275,6 +283,27 @@ class ClassHost:
     def log_to(self, target: Callable[[str], None] | None) -> None:
         """Send the class's log lines (links, admissions, the relay) to `target` from now on."""
         self.log.target = target
+
+    def goodbye(self, timeout: float = 5.0) -> int:
+        """Tell every student the class has ended (a signed progress "ended" on every link: the
+        LAN, this node's address, the relay); waits until the links have taken it (bounded).
+        Returns the links it went out on."""
+        if self.transport is None:
+            return 0
+        bye = Progress("ended", name=printable(self.name, 40))
+        return self.transport.send_goodbye(bye, timeout)
+
+    def end(self, say: Callable[[str], None]) -> None:
+        """The end of the class (q, Ctrl-C): the goodbye on every path, then the network and
+        the page close quietly, so the summary printed after is the last thing on screen."""
+        n = self.goodbye()
+        if n:
+            say(
+                f"told the class it ended ({n} link{'s' if n != 1 else ''}): each student "
+                "chooses to stop or to go on training alone"
+            )
+        self.log_to(lambda _m: None)  # no "peer ... disconnected" lines after the summary
+        self.close()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -321,18 +350,38 @@ class ClassHost:
         return {p.node_id: p.accepted for p in self.transport.peers()}
 
     def describe(self) -> str:
-        """'4 members · relay :7745 · 2 peers connected ...' for the header."""
+        """'4 members · 2 linked directly (2 lan), 1 via the relay · relay up' for the header:
+        the members on the board, and the paths that carry them (every count from the same
+        moment: a member linked directly is not also counted as heard through the relay)."""
         t = self.transport
         n = len(self.board.members) if self.board is not None else 0
-        where = t.describe() if t is not None else "not started"
-        return f"{n} member{'s' if n != 1 else ''} · {where}"
+        members = f"{n} member{'s' if n != 1 else ''}"
+        if t is None or self.board is None:
+            return f"{members} · not started"
+        recent = time.time() - 300.0
+        direct = {
+            p.node_id: p.connection for p in t.peers() if p.connected and p.connection != "relay"
+        }
+        own = t.ident.node_id
+        heard = [k for k in self.board.heard_since(recent) if k != own and k not in direct]
+        vias = Counter(direct.values())
+        parts = [f"{len(direct)} linked directly"]
+        if vias:
+            parts[0] += " (" + ", ".join(f"{c} {v}" for v, c in sorted(vias.items())) + ")"
+        relay_up = any(k.startswith("relay:") for k in t.connected())
+        parts.append(f"{len(heard)} via the relay" if relay_up else "relay down")
+        return f"{members} · {', '.join(parts)} · listening on :{t.port}"
 
     # ------------------------------------------------------------------ training
     def member_callback(self, inner: Any) -> ClassMember:
         """The host's own node reports like any member (and straight onto its board)."""
         assert self.transport is not None and self.board is not None
         return ClassMember(
-            inner, self.transport.publish_stats, local=self.board.record, log=self.log
+            inner,
+            self.transport.publish_stats,
+            local=self.board.record,
+            log=self.log,
+            local_progress=self.board.record_progress,
         )
 
     def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:

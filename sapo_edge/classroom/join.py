@@ -20,10 +20,11 @@ from ..models import model_name
 from ..swarm.admission import AdmissionError, Grant, join_room
 from ..swarm.identity import Identity
 from ..swarm.network import NetworkTransport
+from ..swarm.progress import Progress
 from ..swarm.roomkey import room_keys
 from ..textsafe import clean
 from .code import JoinCode, parse_code
-from .member import ClassMember
+from .member import ClassMember, printable
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
 
 NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
@@ -91,17 +92,59 @@ class Joined:
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
+    class_ended: threading.Event = dataclasses.field(default_factory=threading.Event)
+    on_class_ended: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+
+    def hear_the_host(self) -> None:
+        """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
+        is set and `on_class_ended` called once. Members' progress and stats that reach this
+        laptop are verified and counted as before, and otherwise ignored; over NATS this adds
+        no subscription (students do not receive each other's stats there)."""
+        host_id = self.invite.host_id
+
+        def heard(v: Any) -> None:
+            p = v.progress
+            if host_id and v.sender == host_id and p is not None and p.phase == "ended":
+                if not self.class_ended.is_set():
+                    self.class_ended.set()
+                    for fn in list(self.on_class_ended):
+                        fn()
+
+        self.transport.intake.stats.on_stats = heard
 
     @property
     def host_address(self) -> str:
         return f"{self.code.host}:{self.invite.node_port}"
 
     def callback(self, inner: Any) -> ClassMember:
-        """The trainer callback that reports this laptop's rounds to the class; before its
-        first round it waits (FIRST_LINK_WAIT at most) for a path to the class, so that
-        round's rollouts reach the others."""
+        """The trainer callback that reports this laptop's rounds (and what it is doing) to the
+        class; before its first round it waits (FIRST_LINK_WAIT at most) for a path to the
+        class, so that round's rollouts reach the others."""
         return ClassMember(
-            inner, self.transport.publish_stats, role=self.role, first_link=self.wait_for_class
+            inner,
+            self.transport.publish_stats,
+            role=self.role,
+            first_link=self.wait_for_class,
+            progress=self.transport.publish_progress,
+        )
+
+    def start_network(self) -> None:
+        """Join the class's network now, before the model loads (minutes on a laptop), and say
+        so: the class view shows this laptop as loading its model from the start. A network
+        that cannot start here is started (and its error shown) by the run, as before."""
+        try:
+            self.transport.start()
+        except Exception:  # noqa: BLE001 - run_single starts it again and reports the error
+            self.transport._thread = None
+            return
+        self.transport.publish_progress(
+            Progress(
+                "loading",
+                rounds=self.cfg.rounds,
+                name=printable(self.cfg.name, 40),
+                model=printable(self.cfg.model, 120),
+                role=self.role,
+            )
         )
 
     def wait_for_class(self, timeout: float = FIRST_LINK_WAIT) -> bool:
@@ -214,7 +257,9 @@ def join_class(
         return shlex.join(args) + "  (or the code on the teacher's screen now)"
 
     transport.continue_command = continue_command  # type: ignore[attr-defined]
-    return Joined(code, invite, cfg, transport, relay, role, notes)
+    joined = Joined(code, invite, cfg, transport, relay, role, notes)
+    joined.hear_the_host()
+    return joined
 
 
 def class_path(joined: Joined) -> tuple[bool, str]:
@@ -242,10 +287,15 @@ def class_path(joined: Joined) -> tuple[bool, str]:
     return False, "not in the class yet: trying " + ", ".join(x for x in tried if x)
 
 
+NO_PATH_TITLE = "Cannot reach the class"
+CLOCK_TITLE = "This laptop's clock looks wrong"
+
+
 class PathWatcher:
     """Says which path carries this laptop into the class whenever that changes (`say`), and
     once per outage, after NO_PATH_AFTER seconds without any, what to check (`warn(title,
-    remedy)`). A thread of its own; stop() ends it."""
+    remedy)`); once a warning no longer holds (a path works again, the class's messages are
+    accepted), `clear(title)`. A thread of its own; stop() ends it."""
 
     def __init__(
         self,
@@ -253,11 +303,12 @@ class PathWatcher:
         say: Callable[[str], None],
         warn: Callable[[str, str], None],
         *,
+        clear: Callable[[str], None] = lambda _t: None,
         every: float = 1.0,
         no_path_after: float = NO_PATH_AFTER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.joined, self.say, self.warn = joined, say, warn
+        self.joined, self.say, self.warn, self.clear = joined, say, warn, clear
         self.every, self.no_path_after, self.clock = every, no_path_after, clock
         self.last = ""
         self._stop = threading.Event()
@@ -281,15 +332,21 @@ class PathWatcher:
                 continue
             if expired >= CLOCK_WARN_AFTER and not clock_warned:
                 clock_warned = True
-                self.warn("This laptop's clock looks wrong", CLOCK_REMEDY)
+                self.warn(CLOCK_TITLE, CLOCK_REMEDY)
+            elif clock_warned and expired == 0:  # the class's messages are accepted now
+                clock_warned = False
+                self.clear(CLOCK_TITLE)
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
             if ok or not self.joined.transport.port:  # connected, or not started yet
-                lost_since, warned = self.clock(), False
+                lost_since = self.clock()
+                if warned and ok:
+                    warned = False
+                    self.clear(NO_PATH_TITLE)
             elif not warned and self.clock() - lost_since >= self.no_path_after:
                 warned = True
-                self.warn("Cannot reach the class", no_path_remedy(self.joined))
+                self.warn(NO_PATH_TITLE, no_path_remedy(self.joined))
 
 
 # Batches and stats carry their sending time and are refused when it is over 5 minutes from the
@@ -310,6 +367,18 @@ def expired_count(transport: Any) -> int:
     if c.get("delivered", 0) or c.get("stats_delivered", 0):
         return 0
     return int(c.get("rejected:expired", 0) + c.get("rejected:stats_expired", 0))
+
+
+CLASS_ENDED_TITLE = "The class has ended"
+
+
+def class_ended_remedy(stop: str) -> str:
+    """What a student is told when the host ends the class; `stop`: the key or keys to stop."""
+    return (
+        "The teacher ended the class. It is your choice: this laptop goes on training alone (with "
+        "any classmates still running) until its rounds are done, its run saved as it goes; or "
+        f"{stop} stops it now and saves the round under way."
+    )
 
 
 def no_path_remedy(joined: Joined) -> str:

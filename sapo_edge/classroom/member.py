@@ -1,20 +1,23 @@
 """A class member's side of the class view: after every round, its figures (reward, groups
-shared and trained, who it learned from, Aha moments) are signed and published to the room.
+shared and trained, who it learned from, Aha moments) are signed and published to the room; as
+it goes, what it is doing (loading its model, generating 40% of round 3, training: its progress).
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ..aha import aha_flags
 from ..swarm.peerbook import is_node_id
+from ..swarm.progress import Progress
 from ..swarm.stats import MAX_PRODUCERS, MAX_REWARD, ROUNDS_PER_MESSAGE, RoundStats
 from ..textsafe import clean
 
 
-def _printable(text: Any, limit: int) -> str:
+def printable(text: Any, limit: int) -> str:
     return "".join(c for c in clean(text) if c.isprintable())[:limit]
 
 
@@ -31,7 +34,6 @@ def round_stats(report: Any, groups: Any, node: Any, role: str = "member") -> Ro
     if len(learned) > MAX_PRODUCERS:  # keep the producers it learned most from
         top = sorted(learned, key=lambda k: (-learned[k][0], k))[:MAX_PRODUCERS]
         learned = {k: learned[k] for k in top}
-    backend = node.backend
     return RoundStats(
         round=report.round,
         reward=min(max(float(report.reward_mean), 0.0), MAX_REWARD),
@@ -40,11 +42,19 @@ def round_stats(report: Any, groups: Any, node: Any, role: str = "member") -> Ro
         trained_external=max(report.external_used, sum(t for t, _ in learned.values())),
         aha=sum(aha_flags(groups.own, groups.external)),
         learned=learned,
-        name=_printable(node.name, 40),
-        model=_printable(node.model_id, 120),
-        backend=_printable(getattr(backend, "name", type(backend).__name__), 40),
-        device=_printable(getattr(backend, "device", "?"), 40),
+        **node_claims(node),
         role=role,
+    )
+
+
+def node_claims(node: Any) -> dict[str, str]:
+    """The name, model, backend and device a node announces with its figures and progress."""
+    backend = getattr(node, "backend", None)
+    return dict(
+        name=printable(node.name, 40),
+        model=printable(getattr(node, "model_id", ""), 120),
+        backend=printable(getattr(backend, "name", type(backend).__name__), 40),
+        device=printable(getattr(backend, "device", "?"), 40),
     )
 
 
@@ -53,7 +63,12 @@ class ClassMember:
     publishes this node's recent figures to the room (`publish`, e.g.
     NetworkTransport.publish_stats; the last few rounds, so one sent while offline still
     arrives) and hands the round's to `local` (the host's own board). `first_link`, when given,
-    is called once before the first round: it waits (bounded) until the class is reachable."""
+    is called once before the first round: it waits (bounded) until the class is reachable.
+    `progress` (e.g. NetworkTransport.publish_progress, which sends the newest every 2 s) and
+    `local_progress` (the host's board) hear what it is doing, at most every PROGRESS_LOCAL_S
+    seconds within a phase."""
+
+    PROGRESS_LOCAL_S = 0.5
 
     def __init__(
         self,
@@ -64,22 +79,58 @@ class ClassMember:
         local: Callable[[str, RoundStats], None] | None = None,
         first_link: Callable[[], Any] | None = None,
         log: Callable[[str], None] = lambda _m: None,
+        progress: Callable[[Progress], None] | None = None,
+        local_progress: Callable[[str, Progress], None] | None = None,
     ) -> None:
         self.inner, self.publish, self.role, self.local, self.log = inner, publish, role, local, log
         self.first_link = first_link
+        self.progress, self.local_progress = progress, local_progress
+        self._said: tuple[str, int, float] = ("", -1, 0.0)  # phase, round, when
         self.node: Any = None
         self.recent: deque[RoundStats] = deque(maxlen=ROUNDS_PER_MESSAGE)
+
+    def say(self, node: Any, phase: str, done: int = 0, total: int = 0) -> None:
+        """Tell the class what this node is doing (a new phase at once, steps within one at most
+        every PROGRESS_LOCAL_S); never raises into training."""
+        if self.progress is None and self.local_progress is None:
+            return
+        now = time.monotonic()
+        round_ = int(getattr(node, "round", 0))
+        last_phase, last_round, last_at = self._said
+        if (phase, round_) == (last_phase, last_round) and now - last_at < self.PROGRESS_LOCAL_S:
+            return
+        self._said = (phase, round_, now)
+        cfg = getattr(node, "cfg", None)
+        try:
+            p = Progress(
+                phase,
+                round=round_,
+                rounds=int(getattr(cfg, "rounds", 0)),
+                done=max(0, min(done, total)),
+                total=max(0, total),
+                role=self.role,
+                **node_claims(node),
+            )
+            if self.progress is not None:
+                self.progress(p)
+            if self.local_progress is not None:
+                self.local_progress(node.node_id, p)
+        except (ValueError, OSError, RuntimeError) as e:  # the row lags; training goes on
+            self.log(f"class progress not sent: {e}")
 
     def on_phase(self, node: Any, phase: str) -> None:
         self.node = node
         if self.first_link is not None:
             wait, self.first_link = self.first_link, None
+            self.say(node, "waiting")
             wait()
+        self.say(node, phase)
         on_phase = getattr(self.inner, "on_phase", None)
         if on_phase is not None:
             on_phase(node, phase)
 
     def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
+        self.say(node, phase, done, total)
         on_progress = getattr(self.inner, "on_progress", None)
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)

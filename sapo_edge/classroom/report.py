@@ -37,6 +37,7 @@ CSV_COLUMNS = [
 # The board holds up to 256 members (identities are free in the room): past this many the
 # plots stay this size and drop names and numbers (class.csv and class.json have them all).
 MAX_LABELLED = 40
+MARKED_POINTS = 30  # curves of up to this many rounds get a marker on every point
 MAX_FIGURE_INCHES = 16.0
 
 
@@ -71,10 +72,8 @@ def load_class(
     except (OSError, ValueError):
         info = {}
     host_id = info.get("host_id", "") if isinstance(info.get("host_id"), str) else ""
-    board = ClassBoard.load(path, host_id=host_id)
-    if received is not None:
-        board.received = lambda: received
-    return board.snapshot(), info
+    board = ClassBoard.load(path, host_id=host_id, received=received)
+    return board.snapshot(matrix_members=None), info
 
 
 def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[Path]:
@@ -156,6 +155,15 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    def few(xs: Any, size: float, hollow: bool = False) -> dict[str, Any]:
+        """A marker on every point while a curve has few (one round is a point, not nothing);
+        the means' markers are hollow, so the members' points show through them."""
+        if len(xs) > MARKED_POINTS:
+            return {}
+        ring = {"markerfacecolor": "none", "markeredgewidth": 2} if hollow else {}
+        return {"marker": "D" if hollow else "o", "markersize": size, **ring}
 
     names = {
         m.node_id: clean(m.name, 24)
@@ -169,20 +177,34 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 style = "--" if m.role == "baseline" else "-"
-                ax.plot(xs, ys, style, linewidth=1.2, alpha=0.8, label=names[m.node_id])
+                ax.plot(
+                    xs, ys, style, linewidth=1.2, alpha=0.8, label=names[m.node_id], **few(xs, 5)
+                )
         if snap.swarm_mean:
             xs, ys = zip(*snap.swarm_mean, strict=True)
-            ax.plot(xs, ys, color="black", linewidth=3, label="class mean")
+            ax.plot(xs, ys, color="black", linewidth=3, label="class mean", **few(xs, 8, True))
         if snap.baseline:
             xs, ys = zip(*snap.baseline, strict=True)
-            ax.plot(xs, ys, color="gray", linewidth=3, linestyle="--", label="solo baseline")
+            ax.plot(
+                xs,
+                ys,
+                color="gray",
+                linewidth=3,
+                linestyle="--",
+                label="solo baseline",
+                **few(xs, 8, True),
+            )
+        last = max((r for pts in snap.curves.values() for r, _ in pts), default=1)
+        ax.set_xlim(0.5, max(last, 2) + 0.5)  # one round is a point mid-axis, not 0.96-1.04
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("round")
         ax.set_ylabel("mean reward (each member's own verifier)")
         ax.set_title(f"Reward per round · {task}" if task else "Reward per round")
-        ax.set_ylim(bottom=0)
+        top = max((v for pts in snap.curves.values() for _, v in pts), default=0.0)
+        ax.set_ylim(0, max(top, 0.25) * 1.15)  # room above the best point
         ax.grid(alpha=0.3)
         if 0 < len(snap.members) <= MAX_LABELLED:
-            ax.legend(loc="upper left", fontsize=8, ncol=2)
+            ax.legend(loc="best", fontsize=8, ncol=2)
         fig.tight_layout()
         curves = run_dir / "reward_curves.png"
         fig.savefig(curves)

@@ -13,6 +13,7 @@ from typing import Any
 from ..config import Config, ConfigError
 from ..models import hub_only, is_hub_name, model_name
 from ..safejson import JsonError, dumps_canonical, loads_strict
+from ..swarm.peerbook import is_node_id
 from ..textsafe import clean
 
 INVITE_VERSION = 1
@@ -57,6 +58,7 @@ class Invite:
     node_port: int  # the host's own node listens here, on the code's address
     relay_port: int  # the host's relay on the code's address (0: none; Grant.relay names one)
     host_name: str  # the host's node name, for people
+    host_id: str = ""  # the host's node id: whose signed "the class ended" students heed
 
     def to_text(self) -> str:
         text = dumps_canonical(
@@ -66,6 +68,7 @@ class Invite:
                 "node_port": self.node_port,
                 "relay_port": self.relay_port,
                 "host_name": self.host_name,
+                "host_id": self.host_id,
             }
         )
         if len(text) > MAX_EXTRA_CHARS:
@@ -76,10 +79,12 @@ class Invite:
         return text
 
 
-def make_invite(cfg: Config, node_port: int, relay_port: int, host_name: str) -> Invite:
+def make_invite(
+    cfg: Config, node_port: int, relay_port: int, host_name: str, host_id: str = ""
+) -> Invite:
     settings = {k: v for k, v in cfg.to_dict().items() if k in CLASS_FIELDS}
     settings["model"] = cfg.model
-    return Invite(settings, node_port, relay_port, host_name)
+    return Invite(settings, node_port, relay_port, host_name, host_id)
 
 
 def read_invite(text: str) -> Invite:
@@ -88,7 +93,7 @@ def read_invite(text: str) -> Invite:
         obj = loads_strict(text, max_bytes=MAX_EXTRA_CHARS * 4, max_depth=8)
     except JsonError as e:
         raise ConfigError(f"the host's settings are not valid JSON ({e.reason}).") from None
-    want = {"v", "settings", "node_port", "relay_port", "host_name"}
+    want = {"v", "settings", "node_port", "relay_port", "host_name", "host_id"}
     if not isinstance(obj, dict) or set(obj) != want:
         raise ConfigError(
             "the host sent settings this version of sapo-edge cannot read: use the same "
@@ -102,16 +107,18 @@ def read_invite(text: str) -> Invite:
     ports = (obj["node_port"], obj["relay_port"])
     if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < 65536 for p in ports):
         raise ConfigError("the host's settings name a port that is not one.")
-    settings, name = obj["settings"], obj["host_name"]
+    settings, name, host_id = obj["settings"], obj["host_name"], obj["host_id"]
     if not isinstance(settings, dict) or not isinstance(name, str):
         raise ConfigError("the host's settings are not a table of settings.")
+    if not isinstance(host_id, str) or not (host_id == "" or is_node_id(host_id)):
+        raise ConfigError("the host's settings name a host id that is not a node id.")
     unknown = sorted(k for k in settings if k not in CLASS_FIELDS | {"model"})
     if unknown:
         raise ConfigError(
             f"the host sets {', '.join(clean(k, 40) for k in unknown[:5])}, which a class may not "
             "set (or this version does not know): use the same sapo-edge version as the teacher."
         )
-    return Invite(settings, obj["node_port"], obj["relay_port"], clean(name, 40))
+    return Invite(settings, obj["node_port"], obj["relay_port"], clean(name, 40), host_id)
 
 
 def class_config(invite: Invite, local: dict[str, Any]) -> Config:

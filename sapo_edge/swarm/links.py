@@ -135,6 +135,10 @@ class LinkLayer:
 
     # ----------------------------------------------------------------- thread and loop
     def start(self, timeout: float = 30.0):
+        """Start the network thread (a second call does nothing: `join` starts its node's
+        network before the model loads, so the class sees it from the start)."""
+        if self._thread is not None:
+            return self
         self._thread = threading.Thread(target=self._thread_main, name="sapo-net", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):

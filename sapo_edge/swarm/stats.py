@@ -1,13 +1,15 @@
 """Per-round stats a member publishes for the class view: signed by the member (Ed25519 over the
 exact body) and sealed for the room like a rollout batch, as their own message kind (`stats`).
 Each message repeats the member's last few rounds, so a round sent while its links were down
-(starting up, a laptop asleep) still reaches the class with the next one. Strictly validated
-and size-capped; what is wrong with one is counted as `stats_<reason>` and charged like a bad
+(starting up, a laptop asleep) still reaches the class with the next one. The same envelope
+carries a member's progress (progress.py: what it is doing now) as a body with `progress` in
+place of `rounds`, smaller and on a rate budget of its own. Strictly validated and size-capped; what is wrong with one is counted as `stats_<reason>` and charged like a bad
 batch (the signer when it signed it, else the route that brought it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import time
@@ -21,6 +23,14 @@ from sapo_edge.safejson import dumps_canonical
 from .batches import BatchRejected, check_signature, seal
 from .handshake import KIND_SEALED
 from .identity import Identity
+from .progress import (
+    MAX_PROGRESS_BYTES,
+    PROGRESS_EVERY,
+    PROGRESS_PER_MINUTE,
+    PROGRESS_REPEAT,
+    Progress,
+    ProgressSender,
+)
 from .protocol import (
     MAX_STATS_BYTES,
     PROTOCOL_VERSION,
@@ -46,6 +56,7 @@ _BODY = {
     "sent_at": ("float", 0),
     "rounds": ("rounds", 0),
 }
+_PROGRESS_BODY = {**{k: v for k, v in _BODY.items() if k != "rounds"}, "progress": ("dict", 0)}
 _STATS = {
     "round": ("int", 0),
     "reward": ("float", 0),
@@ -209,17 +220,55 @@ def make_stats(
     return msg, stats_id
 
 
+def make_progress(
+    ident: Identity,
+    keys: RoomKeys,
+    progress: Progress,
+    *,
+    stats_id: str | None = None,
+    sent_at: float | None = None,
+) -> tuple[bytes, str]:
+    """Sign what this node is doing now for the room; returns (envelope bytes, message id)."""
+    stats_id = stats_id or os.urandom(16).hex()
+    body = dumps_canonical(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": stats_id,
+            "sender": ident.node_id,
+            "room": keys.lan_id,
+            "sent_at": time.time() if sent_at is None else sent_at,
+            "progress": progress.to_json(),
+        }
+    )
+    raw = body.encode("utf-8")
+    if len(raw) > MAX_PROGRESS_BYTES:
+        raise ValueError(f"progress of {len(raw)} bytes is over the {MAX_PROGRESS_BYTES} limit.")
+    msg = dump_message(
+        {
+            "type": "stats",
+            "sender": ident.node_id,
+            "public_key": ident.public_key.hex(),
+            "body": body,
+            "signature": ident.sign(raw).hex(),
+        }
+    )
+    return msg, stats_id
+
+
 @dataclass(frozen=True)
 class VerifiedStats:
     sender: str  # the signer's node id: the row these figures belong to
-    rounds: tuple[RoundStats, ...]  # its recent rounds, the newest last
+    rounds: tuple[RoundStats, ...]  # its recent rounds, the newest last (none in a progress)
     sent_at: float
     route: str  # the link key it came by: a node id or "relay:URL"
+    progress: Progress | None = None  # what it is doing now (a progress message)
 
 
 class StatsVerifier:
     """Checks stats messages for one room: signature, room, replay by (sender, id), age, the
-    sender's rate, then the figures. Thread-confined (the network loop)."""
+    sender's rate, then the figures. Progress messages: the same checks, a size limit of their
+    own and a rate of their own (`progress_per_minute`); what is wrong with one is counted as
+    progress_<reason>. Thread-confined (the network loop)."""
 
     def __init__(
         self,
@@ -227,36 +276,45 @@ class StatsVerifier:
         *,
         window_s: float = 300.0,
         per_minute: int = 120,
+        progress_per_minute: int = PROGRESS_PER_MINUTE,
         max_seen: int = 100_000,
         max_senders: int = 4096,
     ) -> None:
         self.keys, self.window_s, self.per_minute = keys, window_s, per_minute
         self.max_seen, self.max_senders = max_seen, max_senders
         self.seen: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.progress_per_minute = progress_per_minute
         self.rates: OrderedDict[str, deque] = OrderedDict()
         self.signed: OrderedDict[str, SignedWindow] = OrderedDict()
+        self.progress_rates: OrderedDict[str, deque] = OrderedDict()
+        self.progress_signed: OrderedDict[str, SignedWindow] = OrderedDict()
 
     def remember(self, sender: str, stats_id: str, route: str) -> None:
         self.seen[(sender, stats_id)] = route
         while len(self.seen) > self.max_seen:
             self.seen.popitem(last=False)
 
-    def _rate_ok(self, sender: str, now: float, sent_at: float, relay: bool) -> bool:
-        """Within the sender's stats per minute? Through a relay by the signed sent_at (a relay
-        that delays and bunches them cannot move it), else by arrival."""
+    def _rate_ok(
+        self, sender: str, now: float, sent_at: float, relay: bool, progress: bool = False
+    ) -> bool:
+        """Within the sender's stats (or progress) per minute? Through a relay by the signed
+        sent_at (a relay that delays and bunches them cannot move it), else by arrival."""
+        limit = self.progress_per_minute if progress else self.per_minute
         if relay:
-            window = self.signed.pop(sender, None) or SignedWindow(self.window_s + 60.0)
-            self.signed[sender] = window
-            while len(self.signed) > self.max_senders:
-                self.signed.popitem(last=False)
-            return window.admit(sent_at, now, self.per_minute)
-        times = self.rates.pop(sender, None) or deque()
-        self.rates[sender] = times  # most recent last; the longest silent is forgotten first
-        while len(self.rates) > self.max_senders:
-            self.rates.popitem(last=False)
+            windows = self.progress_signed if progress else self.signed
+            window = windows.pop(sender, None) or SignedWindow(self.window_s + 60.0)
+            windows[sender] = window
+            while len(windows) > self.max_senders:
+                windows.popitem(last=False)
+            return window.admit(sent_at, now, limit)
+        rates = self.progress_rates if progress else self.rates
+        times = rates.pop(sender, None) or deque()
+        rates[sender] = times  # most recent last; the longest silent is forgotten first
+        while len(rates) > self.max_senders:
+            rates.popitem(last=False)
         while times and times[0] < now - 60.0:
             times.popleft()
-        if len(times) >= self.per_minute:
+        if len(times) >= limit:
             return False
         times.append(now)
         return True
@@ -267,14 +325,22 @@ class StatsVerifier:
             raw = check_signature(msg)
         except ProtocolError as e:
             raise BatchRejected(e.reason, str(e)) from None
+        kind = ""
         try:  # signed: from here on what is wrong is the signer's doing
-            body = _fields(load(raw, MAX_STATS_BYTES), _BODY, "stats body")
+            obj = load(raw, MAX_STATS_BYTES)
+            if isinstance(obj, dict) and "progress" in obj:
+                kind = "progress_"
+                if len(raw) > MAX_PROGRESS_BYTES:
+                    raise ProtocolError(
+                        "too_large", f"progress of {len(raw)} bytes, over {MAX_PROGRESS_BYTES}."
+                    )
+            body = _fields(obj, _PROGRESS_BODY if kind else _BODY, "stats body")
             if body["v"] != PROTOCOL_VERSION:
                 raise ProtocolError("unknown_version", f"stats body has version {body['v']}.")
             if body["sender"] != msg.sender:
                 raise ProtocolError("bad_identity", "the signed stats name another sender.")
         except ProtocolError as e:
-            raise BatchRejected(e.reason, str(e), msg.sender) from None
+            raise BatchRejected(kind + e.reason, str(e), msg.sender) from None
         if body["room"] != self.keys.lan_id:
             raise BatchRejected("wrong_room", "the stats were made for another room.", msg.sender)
         first = self.seen.get((msg.sender, body["id"]))
@@ -288,8 +354,16 @@ class StatsVerifier:
             raise BatchRejected(
                 "expired", f"the stats were sent over {self.window_s:.0f} s from now (clock skew?)."
             )
-        if not self._rate_ok(msg.sender, now, sent_at, route.startswith("relay:")):
-            raise BatchRejected("rate_limited", "over its stats per minute.", msg.sender)
+        relay = route.startswith("relay:")
+        if not self._rate_ok(msg.sender, now, sent_at, relay, bool(kind)):
+            raise BatchRejected(kind + "rate_limited", "over its stats per minute.", msg.sender)
+        if kind:
+            try:
+                progress = Progress.from_json(body["progress"])
+            except ProtocolError as e:
+                raise BatchRejected(kind + e.reason, str(e), msg.sender) from None
+            self.remember(msg.sender, body["id"], route)
+            return VerifiedStats(msg.sender, (), sent_at, route, progress)
         try:
             rounds = tuple(RoundStats.from_json(r) for r in body["rounds"])
         except ProtocolError as e:
@@ -330,7 +404,11 @@ class StatsIntake:
             mute = e.reason != "expired"  # a wrong clock is counted, never muted
             return self.book.reject(who, f"stats_{e.reason}", mute=mute) and who == route
         with self.book.changed:
-            self.counters["stats_duplicate" if verified is None else "stats_delivered"] += 1
+            if verified is None:
+                self.counters["stats_duplicate"] += 1
+            else:
+                kind = "progress" if verified.progress is not None else "stats"
+                self.counters[f"{kind}_delivered"] += 1
         if verified is not None and self.on_stats is not None:
             try:
                 self.on_stats(verified)
@@ -371,6 +449,53 @@ class StatsChannel:
         msg, stats_id = make_stats(self.ident, self.keys, rounds)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._broadcast_stats, seal(self.keys, msg), stats_id)
+
+    def publish_progress(self, progress: Progress) -> None:
+        """Queue what this node is doing now for the class (any thread, never waits): at most one
+        message every PROGRESS_EVERY seconds goes out, the newest state (progress.py)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._offer_progress, progress)
+
+    def _offer_progress(self, progress: Progress) -> None:
+        sender = getattr(self, "_progress_sender", None)
+        if sender is None:
+            sender = self._progress_sender = ProgressSender(
+                self._send_progress,
+                self._loop.call_later,
+                every=getattr(self, "progress_every", PROGRESS_EVERY),
+                repeat=getattr(self, "progress_repeat", PROGRESS_REPEAT),
+            )
+        sender.offer(progress)
+
+    def send_goodbye(self, progress: Progress, timeout: float = 3.0) -> int:
+        """Send `progress` (the host's "ended") at once on every link, and wait (at most
+        `timeout`) until each link's socket has taken it; returns the links that took it."""
+        if self._loop is None or not self._loop.is_running():
+            return 0
+        fut = asyncio.run_coroutine_threadsafe(self._goodbye(progress, timeout), self._loop)
+        try:
+            return fut.result(timeout + 2.0)
+        except Exception:  # noqa: BLE001 - a closing loop: nobody to tell
+            return 0
+
+    async def _goodbye(self, progress: Progress, timeout: float) -> int:
+        msg, stats_id = make_progress(self.ident, self.keys, progress)
+        sealed = seal(self.keys, msg)
+        self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
+        waits = []
+        for link in self._links.values():
+            link.outbox.put(KIND_SEALED, sealed)
+            waits.append((link, link.outbox.sent + len(link.outbox.queue)))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(
+            o.outbox.sent < n and not o.ws.closed for o, n in waits
+        ):
+            await asyncio.sleep(0.02)
+        return sum(o.outbox.sent >= n for o, n in waits)
+
+    def _send_progress(self, progress: Progress) -> None:
+        msg, stats_id = make_progress(self.ident, self.keys, progress)
+        self._broadcast_stats(seal(self.keys, msg), stats_id)
 
     def _broadcast_stats(self, sealed: bytes, stats_id: str) -> None:
         self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")

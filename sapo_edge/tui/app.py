@@ -39,6 +39,7 @@ from .messages import (
     PhaseProgress,
     PhaseStarted,
     Problem,
+    ProblemCleared,
     RolloutsSeen,
     RoundDone,
     RunEnded,
@@ -162,6 +163,8 @@ class SapoDashboard(App[str]):
     # ---------------------------------------------------------------- messages in
     def on_node_started(self, m: NodeStarted) -> None:
         self.query_one(NodeHeader).show(m)
+        if m.history:  # a resumed run: the chart starts from its earlier rounds
+            self.query_one(RewardChart).load(m.history)
         self.settings.update(
             local_samples=m.local_samples, external_samples=m.external_samples, room=m.room
         )
@@ -224,6 +227,16 @@ class SapoDashboard(App[str]):
             stopped = Text.assemble(("stopped", "bold red"), " · " + clean(m.title, 200))
             self.query_one(RoundProgress).set_text(stopped)
 
+    def on_problem_cleared(self, m: ProblemCleared) -> None:
+        banner = self.query_one(ProblemBanner)
+        if (
+            banner.problem is not None
+            and not banner.problem.fatal
+            and banner.problem.title == m.title
+        ):
+            banner.hide()
+            self.notify(f"resolved: {clean(m.title, 120)}", timeout=6, markup=False)
+
     def on_parked(self, m: Parked) -> None:
         self.query_one(NodeHeader).set_state("paused" if m.parked else "running")
 
@@ -253,6 +266,8 @@ class SapoDashboard(App[str]):
         if self.running:
             self.control.request_save()
             self.notify("a checkpoint will be saved before the next round")
+        else:
+            self.notify("no run under way: nothing to save (its last round is saved already)")
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#log")

@@ -6,6 +6,8 @@ with a thread-safe `post` (App.post_message).
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -147,7 +149,31 @@ def node_started(node: Any) -> NodeStarted:
         rounds=cfg.rounds,
         local_samples=cfg.local_samples,
         external_samples=cfg.external_samples,
+        history=reward_history(getattr(node, "metrics_path", None), node.round),
     )
+
+
+def reward_history(path: Any, before: int, limit: int = 100_000) -> list[tuple[int, float]]:
+    """(round, mean reward) of the rounds before `before` in a node's metrics.jsonl (a resumed
+    run's chart starts from them); a torn or odd line is skipped, never an error."""
+    if not before or path is None:
+        return []
+    out: dict[int, float] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                    r, reward = obj["round"], float(obj["reward_mean"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(r, int) and 0 <= r < before and math.isfinite(reward):
+                    out[r] = reward
+                if len(out) >= limit:
+                    break
+    except OSError:
+        return []
+    return sorted(out.items())
 
 
 def _memory_mb(node: Any) -> float | None:

@@ -1,8 +1,9 @@
 """The class view (`sapo-edge host` in a terminal, for the teacher's screen or a projector): the
 join code, one row per member, every member's reward curve against the class mean, and who
 learned from whom. The host's own training runs in a worker thread; the board is read once a
-second; everything reaches the widgets as the small messages below (the snapshot tests replay
-them without any network).
+second on a worker thread too (a class of 256 must not stall the keys) and the widgets are
+redrawn only when what they show changed; everything reaches the widgets as the small messages
+below (the snapshot tests replay them without any network).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class ClassView(App[str]):
         Binding("j", "toggle_join", "join code"),
         Binding("n", "new_code", "new code"),
         Binding("r", "report", "report"),
+        Binding("s", "save", "save", show=False),
         Binding("p", "pause", "pause own training"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
@@ -94,6 +96,9 @@ class ClassView(App[str]):
         self.summary = ""
         self.training_done = threading.Event()
         self.report_paths: list[Path] = []
+        self._board_key: tuple = ()  # what the widgets show now (see refresh_board)
+        self._reading = threading.Lock()
+        self._drawn: dict[str, int] = {}  # widget -> the board version it shows
 
     def compose(self) -> ComposeResult:
         yield Static("sapo-edge class · starting...", id="class-header")
@@ -120,9 +125,28 @@ class ClassView(App[str]):
             self.train()
 
     # ------------------------------------------------------------------ the host
+    @work(thread=True, group="board", exit_on_error=False)
     def refresh_board(self) -> None:
-        if self.host is not None and self.host.board is not None:
-            self.post_message(ClassUpdated(self.host.board.snapshot(), self.host.describe()))
+        """Read the board off the UI thread (one read at a time: a tick that finds one under
+        way skips); post it only when something shown changed (the figures, the header, the
+        host's verified counts, or the "seen" ages every 10 s)."""
+        if self.host is None or self.host.board is None:
+            return
+        if not self._reading.acquire(blocking=False):
+            return
+        try:
+            snap, summary = self.host.board.snapshot(), self.host.describe()
+        finally:
+            self._reading.release()
+        key = (
+            snap.version,
+            summary,
+            tuple(m.received_here for m in snap.members),
+            int(snap.now // 10),
+        )
+        if key != self._board_key:
+            self._board_key = key
+            self.post_message(ClassUpdated(snap, summary))
 
     @work(thread=True, exclusive=True, name="training")
     def train(self) -> None:
@@ -149,8 +173,10 @@ class ClassView(App[str]):
     def on_class_updated(self, m: ClassUpdated) -> None:
         self.summary = m.summary
         self.query_one(MembersTable).show(m.snapshot)
-        self.query_one(ClassChart).show(m.snapshot)
-        self.query_one(LearnedMatrix).show(m.snapshot)
+        for widget in (self.query_one(ClassChart), self.query_one(LearnedMatrix)):
+            if self._drawn.get(widget.id or "") != m.snapshot.version or not m.snapshot.version:
+                self._drawn[widget.id or ""] = m.snapshot.version
+                widget.show(m.snapshot)
         self._header()
 
     def on_code_shown(self, m: CodeShown) -> None:
@@ -218,11 +244,26 @@ class ClassView(App[str]):
             self.notify, clean(f"report in {self.host.out_dir}: {names}", 400), markup=False
         )
 
+    def action_save(self) -> None:
+        """s: save this laptop's own run now (its checkpoint, before its next round); the
+        class's record needs no saving (class.jsonl is written as figures arrive)."""
+        if self.training:
+            self.control.request_save()
+            self.notify("this laptop's checkpoint will be saved before its next round")
+        else:
+            self.notify(
+                "this laptop is not training: nothing to save (the class's record is written "
+                "to class.jsonl as it arrives; r writes the report)"
+            )
+
     def action_pause(self) -> None:
         if self.training:
             paused = self.control.toggle_pause()
             self.own = "pausing after this round" if paused else "running"
             self._header()
+            self.notify(self.own if paused else "this laptop's training goes on")
+        else:
+            self.notify("this laptop is not training (nothing to pause)")
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#class-log")
@@ -261,12 +302,15 @@ def run_class_view(host: Any) -> int:
     app = ClassView(host)
     with stop_signals(app.stop_from_signal) as received:
         app.run()
+    received_here = host.received_counts()
     host.log_to(None)
+    host.end(print)  # the goodbye on every path; the network closes quietly before the summary
     n = len(host.board.members) if host.board is not None else 0
     print(f"the class ended: {n} member{'s' if n != 1 else ''}; run folder {host.out_dir}")
     node = app.control.node
     if node is not None:  # this laptop's own run, as a member
         saved = f"; checkpoint {node.saved[1]}" if node.saved is not None else ""
-        print(f"this laptop trained {node.round} rounds (metrics {node.metrics_path}){saved}")
-    end_of_class(host.out_dir, print, host.received_counts())
+        rounds = f"{node.round} round{'s' if node.round != 1 else ''}"
+        print(f"this laptop trained {rounds} (metrics {node.metrics_path}){saved}")
+    end_of_class(host.out_dir, print, received_here)
     return exit_code(received[0]) if received else 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..classroom.join import Joined, PathWatcher
+from ..classroom.join import CLASS_ENDED_TITLE, Joined, PathWatcher, class_ended_remedy
 from .app import run_dashboard
-from .messages import Problem
+from .messages import Problem, ProblemCleared
 
 
 def run_join_dashboard(joined: Joined) -> int:
@@ -17,10 +17,14 @@ def run_join_dashboard(joined: Joined) -> int:
 
         for note in joined.notes:
             log(f"room: {note}")
+        joined.start_network()  # the class sees this laptop while its model loads
+        ended = Problem(CLASS_ENDED_TITLE, class_ended_remedy("q"), fatal=False)
+        joined.on_class_ended.append(lambda: callback.post(ended))
         watcher = PathWatcher(
             joined,
             say=lambda text: callback.on_message(cfg.name, text),
             warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
+            clear=lambda title: callback.post(ProblemCleared(title)),
         ).start()
         try:
             return run_single(cfg, joined.callback(callback), log, control, joined.transport)

@@ -30,6 +30,8 @@ class NodeStarted(Message):
     rounds: int
     local_samples: int
     external_samples: int
+    history: list[tuple[int, float]] = field(default_factory=list)  # a resumed run's (round,
+    # mean reward) from its metrics.jsonl, so the chart starts from them
 
 
 @dataclass
@@ -118,6 +120,13 @@ class Problem(Message):
     remedy: str
     fatal: bool = False
     detail: str = ""  # a traceback for the log pane, never shown in the main view
+
+
+@dataclass
+class ProblemCleared(Message):
+    """The warning with this title no longer holds (e.g. a path to the class works again)."""
+
+    title: str
 
 
 @dataclass

@@ -18,6 +18,7 @@ from .tables import ago
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 MAX_LINES = 10  # member curves drawn (the most recent members first); the mean always
+SINGLE_POINTS = 3  # a curve of up to this many rounds is drawn as large points
 
 
 def sparkline(values: list[float], width: int = 10, top: float = 1.0) -> str:
@@ -26,9 +27,24 @@ def sparkline(values: list[float], width: int = 10, top: float = 1.0) -> str:
     return "".join(BLOCKS[min(7, int(v / top * 7.999))] for v in values[-width:])
 
 
-def _name(row: MemberRow, width: int = 18) -> Text:
+NAME_WIDTH, MAX_NAME_WIDTH = 18, 44  # a member's name in the table, suffix included
+
+
+def _name(row: MemberRow, width: int = NAME_WIDTH) -> Text:
     suffix = " (host)" if row.is_host else " (baseline)" if row.role == "baseline" else ""
     return Text(clean(row.name, width - len(suffix)) + suffix)
+
+
+QUIET_AFTER = 60.0  # seconds without a word from a member before its state reads as old
+
+
+def _doing(row: MemberRow, now: float) -> Text:
+    """What the member says it is doing; 'quiet' once it has said nothing for a while (it
+    left, or its laptop sleeps): its last word is not its present."""
+    text = clean(row.state, 24)
+    if text and now - row.last_seen > QUIET_AFTER:
+        return Text("quiet", style="dim")
+    return Text(text)
 
 
 class JoinPanel(Horizontal):
@@ -59,13 +75,14 @@ class JoinPanel(Horizontal):
 class MembersTable(DataTable):
     COLUMNS = (
         "member",
+        "doing",
         "backend",
         "model",
         "rounds",
         "reward5",
         "trend",
         "shared",
-        "used by others",
+        "used",
         "Aha",
         "recv",
         "seen",
@@ -75,21 +92,32 @@ class MembersTable(DataTable):
         super().__init__(cursor_type="none", zebra_stripes=True, **kw)
 
     def on_mount(self) -> None:
-        self.border_title = "members: each one's own signed figures (recv: groups verified here)"
+        self.border_title = (
+            "members: each one's own signed figures (used: by others; recv: groups verified here)"
+        )
         self.add_columns(*self.COLUMNS)
+
+    OTHERS = 100  # the columns but the name and the model, with their padding, at their widest
+    MODEL_FROM = 160  # the model column from this many columns (a class mostly runs one model)
 
     def show(self, snap: ClassSnapshot) -> None:
         self.clear(columns=True)  # columns fit what is shown now
-        self.add_columns(*self.COLUMNS)
+        with_model = self.size.width >= self.MODEL_FROM
+        self.add_columns(*(c for c in self.COLUMNS if with_model or c != "model"))
+        # names in full where the terminal has room ('mellow-quokka-3f2a (host)' at 140)
+        others = self.OTHERS + (16 if with_model else 0)
+        width = max(NAME_WIDTH, min(MAX_NAME_WIDTH, self.size.width - others))
         for m in snap.members:
             reward = "-" if m.recent_reward is None else f"{m.recent_reward:.2f}"
+            model = Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14))
             self.add_row(
-                _name(m),
+                _name(m, width),
+                _doing(m, snap.now),
                 Text(clean(m.backend, 14)),
-                Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14)),
+                *([model] if with_model else []),
                 str(m.rounds),
                 reward,
-                Text(sparkline(m.rewards, 8), style="green"),
+                Text(sparkline(m.rewards, 6), style="green"),
                 str(m.shared),
                 str(m.used_by_others),
                 Text(str(m.aha), style="bold yellow" if m.aha else ""),
@@ -97,7 +125,8 @@ class MembersTable(DataTable):
                 ago(snap.now - m.last_seen),
             )
         if not snap.members:
-            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *[""] * 9)
+            blank = [""] * (len(self.columns) - 2)
+            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *blank)
 
 
 class ClassChart(Vertical):
@@ -123,13 +152,16 @@ class ClassChart(Vertical):
             if rounds:
                 last = max(rounds)
                 plt.xticks(list(range(1, last + 1, max(1, last // 8))))
+                if last == 1:  # one round: points mid-chart, not on the edge
+                    plt.xlim(0, 2)
             members = [m for m in snap.members if m.role != "baseline"]  # drawn as the baseline
             recent = sorted(members, key=lambda m: -m.last_seen)[:MAX_LINES]
             for m in recent:
                 pts = snap.curves.get(m.node_id, [])
                 if pts:
                     xs, ys = zip(*pts, strict=True)
-                    plt.plot(list(xs), list(ys), label=clean(m.name, 16), marker="braille")
+                    marker = "●" if len(pts) <= SINGLE_POINTS else "braille"  # a single point
+                    plt.plot(list(xs), list(ys), label=clean(m.name, 16), marker=marker)
             if snap.swarm_mean:
                 xs, ys = zip(*snap.swarm_mean, strict=True)
                 plt.plot(list(xs), list(ys), label="class mean", marker="hd", color="white")
@@ -151,7 +183,10 @@ class LearnedMatrix(DataTable):
 
     def show(self, snap: ClassSnapshot) -> None:
         self.clear(columns=True)
-        members = [m for m in snap.members if m.role != "baseline"]  # it exchanges nothing
+        # the board's most active members (MATRIX_MEMBERS: a class of 256 is not a 256 x 256
+        # table); a baseline exchanges nothing; a member before its first round has nothing yet
+        by_id = {m.node_id: m for m in snap.members}
+        members = [by_id[k] for k in snap.matrix_ids if k in by_id and by_id[k].role != "baseline"]
         self.add_column(Text("from \\ to"))
         for m in members:
             self.add_column(Text(clean(m.name, 7)))

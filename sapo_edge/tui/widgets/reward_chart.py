@@ -10,6 +10,7 @@ from textual_plotext import PlotextPlot
 
 NARROW = 70  # below this many columns the chart becomes a sparkline
 WINDOW = 5  # moving-average window, rounds
+SINGLE_POINTS = 3  # up to this many rounds, each is drawn as a large point
 
 
 def moving_average(values: list[float], window: int = WINDOW) -> list[float]:
@@ -46,6 +47,13 @@ class RewardChart(Vertical):
         self.query_one("#spark").display = bool(narrow)
         self.query_one("#spark-label").display = bool(narrow)
 
+    def load(self, history: list[tuple[int, float]]) -> None:
+        """A resumed run's earlier rounds (0-based round, mean reward), before any new one."""
+        if not self.rounds:
+            self.rounds = [r + 1 for r, _ in history]
+            self.rewards = [v for _, v in history]
+            self._draw()
+
     def add(self, round_: int, reward: float, swarm: float | None) -> None:
         self.rounds.append(round_ + 1)  # rounds show 1-based
         self.rewards.append(reward)
@@ -63,10 +71,17 @@ class RewardChart(Vertical):
         if self.rewards:
             step = max(1, len(self.rounds) // 8)
             plt.xticks(self.rounds[::step])
-            plt.plot(self.rounds, self.rewards, label="this node", marker="dot")
-            plt.plot(
-                self.rounds, moving_average(self.rewards), label=f"avg {WINDOW}", marker="braille"
-            )
+            if len(self.rounds) == 1:  # one round: a visible point mid-chart, not an edge dot
+                plt.xlim(self.rounds[0] - 1, self.rounds[0] + 1)
+            if len(self.rounds) > SINGLE_POINTS:  # the average of a few points is those points
+                plt.plot(
+                    self.rounds,
+                    moving_average(self.rewards),
+                    label=f"avg {WINDOW}",
+                    marker="braille",
+                )
+            marker = "●" if len(self.rounds) <= SINGLE_POINTS else "dot"
+            plt.plot(self.rounds, self.rewards, label="this node", marker=marker)
         if self.swarm:
             xs, ys = zip(*self.swarm, strict=True)
             plt.plot(list(xs), list(ys), label="peers (claimed)", marker="x")

@@ -8,6 +8,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const COLOURS = ["#1a5fb4", "#c01c28", "#26a269", "#e66100", "#813d9c", "#986a44",
                  "#0b7285", "#a51d2d", "#5e5c64", "#b5835a", "#2ec27e", "#d4a017"];
 let shownCode = null;
+let qrTries = 0;
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -44,18 +45,31 @@ function renderJoin(code) {
   box.hidden = code === null;
   if (code !== null && code !== shownCode) {
     document.getElementById("code").textContent = code;
-    document.getElementById("qr").src = "/qr.svg" + QUERY + (QUERY ? "&" : "?") + "c=" +
-      encodeURIComponent(code);
+    const qr = document.getElementById("qr");
+    qr.hidden = false;
+    qrTries += 1;  // a new URL each try: a refused or broken fetch is not cached
+    qr.src = "/qr.svg" + QUERY + (QUERY ? "&" : "?") + "c=" + encodeURIComponent(code) +
+      "&n=" + qrTries;
     shownCode = code;
   }
 }
 
-function renderMembers(members) {
+// A QR image the page could not fetch (the host busy, a connection refused) is fetched again
+// on the next poll, rather than left broken while the code is still good.
+document.getElementById("qr").addEventListener("error", () => { shownCode = null; });
+
+function doing(m, now) {  // its last word; marked once it has said nothing for a minute
+  const state = m.state || "";
+  return state && now - m.last_seen > 60 ? "quiet (was: " + state + ")" : state;
+}
+
+function renderMembers(members, now) {
   const rows = members.map((m) => {
     const tr = el("tr");
     if (m.is_host) tr.className = "host";
     if (m.role === "baseline") tr.className = "baseline";
-    tr.append(el("td", m.name), el("td", m.backend), el("td", m.model.split("/").pop()),
+    tr.append(el("td", m.name), el("td", doing(m, now)), el("td", m.backend),
+              el("td", m.model.split("/").pop()),
               el("td", m.rounds, "num"), el("td", fixed(m.recent_reward), "num"));
     const t = el("td");
     t.appendChild(spark(m.rewards));
@@ -67,7 +81,7 @@ function renderMembers(members) {
   if (!rows.length) {
     const tr = el("tr");
     const td = el("td", "nobody yet: students run sapo-edge join CODE");
-    td.colSpan = 10;
+    td.colSpan = 11;
     tr.appendChild(td);
     rows.push(tr);
   }
@@ -113,6 +127,12 @@ function renderChart(data) {
                                    "stroke-width": s.width });
     if (s.dash) line.setAttribute("stroke-dasharray", s.dash);
     parts.push(line);
+    if (s.pts.length <= 30) {  // a marker on every point while there are few (one round: a dot)
+      for (const p of s.pts) {
+        parts.push(svg("circle", { cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1),
+                                   r: s.width > 2 ? 5 : 3.5, fill: s.colour }));
+      }
+    }
   }
   chart.replaceChildren(...parts);
   document.getElementById("legend").replaceChildren(...series.map((s) => {
@@ -125,8 +145,11 @@ function renderChart(data) {
 }
 
 function renderMatrix(data) {
-  const names = data.members.map((m) => m.name);
-  const ids = data.members.map((m) => m.node_id);
+  // the board's most active members (a bounded table); joined, no round yet: nothing to show
+  const inMatrix = new Set(data.matrix_ids || []);
+  const shown = data.members.filter((m) => m.rounds > 0 && inMatrix.has(m.node_id));
+  const names = shown.map((m) => m.name);
+  const ids = shown.map((m) => m.node_id);
   const head = el("tr");
   head.appendChild(el("th", "from \\ to"));
   for (const n of names) head.appendChild(el("th", cut(n, 14), "learner"));
@@ -151,7 +174,7 @@ function render(data) {
   document.getElementById("status").textContent =
     `${n} member${n === 1 ? "" : "s"} · updated ${new Date(data.now * 1000).toLocaleTimeString()}`;
   renderJoin(data.code);
-  renderMembers(data.members);
+  renderMembers(data.members, data.now);
   renderChart(data);
   renderMatrix(data);
 }
