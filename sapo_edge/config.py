@@ -368,7 +368,7 @@ class Config:
             _finite(self.round_target) and self.round_target > 0,
             "round_target must be a number of seconds above 0, e.g. --round-target 120.",
         )
-        need(self.threads >= 0, "threads must be 0 (adaptive) or more, e.g. --threads 2.")
+        need(0 <= self.threads <= 1024, "threads must be 0 (adaptive) to 1024, e.g. --threads 2.")
         need(self.lora_r >= 1, f"lora_r is {self.lora_r}: use 1 or more (16 is typical).")
         need(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha must be positive.")
         need(

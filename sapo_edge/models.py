@@ -166,11 +166,24 @@ def available(name: str, reachable: Callable[[], bool] | None = None) -> bool:
     return reachable()
 
 
+_REACHABLE: dict[str, bool] = {}  # asked once per process and endpoint
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """False under HF_HUB_OFFLINE or when huggingface.co takes no TCP connection within
-    `timeout` seconds (a name lookup that hangs counts as unreachable)."""
+    """False under HF_HUB_OFFLINE or when the hub (HF_ENDPOINT, else huggingface.co) takes no
+    TCP connection within `timeout` seconds (a name lookup that hangs counts as unreachable);
+    True behind an HTTPS proxy, which only a download can test. Asked once per process."""
     if _hub_offline():
         return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co")
+    host = url.hostname or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    if f"{host}:{port}" in _REACHABLE:
+        return _REACHABLE[f"{host}:{port}"]
     import socket
     import threading
 
@@ -178,7 +191,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
     def connect() -> None:
         try:
-            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            socket.create_connection((host, port), timeout=timeout).close()
             ok.append(True)
         except OSError:
             ok.append(False)
@@ -186,7 +199,8 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     t = threading.Thread(target=connect, daemon=True)
     t.start()
     t.join(timeout)
-    return bool(ok and ok[0])
+    _REACHABLE[f"{host}:{port}"] = bool(ok and ok[0])
+    return _REACHABLE[f"{host}:{port}"]
 
 
 def _hub_offline() -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,11 +27,14 @@ from typing import Any
 from . import paths
 from .config import Config
 from .fit import DEFAULT_MODEL, GB, KNOWN, SMALL_MODEL, Memory, Shape, estimate_bytes
+from .models import hub_only, model_name
 
 PACE_FILE = "pace.json"
 ROUND_TARGET = 60.0  # seconds: a class sees a round about every minute
 OVERHEAD = 1.8  # a phase's time over its GEMM floor, before any round was measured here
 COMPLETION_SHARE = 0.75  # mean completion length over max_new_tokens (early stops)
+STEP_SHARE = 0.9  # decode steps over max_new_tokens: the batch runs until its longest ends
+TRANSFER = (0.5, 2.0)  # a correction borrowed from other models is kept within this
 PROMPT_TOKENS = 120  # a reasoning-gym prompt in the chat template, on average
 QWEN = DEFAULT_MODEL
 # the model ids nodes report, for the aliases KNOWN is keyed by
@@ -100,18 +104,26 @@ def estimate(
     """Seconds of generation and of the train step for one round of `cfg` with this shape
     (every parameter, the tied LM head included, multiplies every token)."""
     corr = correction or Correction()
-    steps = max(1.0, cfg.max_new_tokens * COMPLETION_SHARE)
-    flops_token = 2.0 * shape.params
-    prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
     rows = cfg.questions_per_round * cfg.group_size
-    weight_bytes = shape.params * rates.bytes_per_param
-    step_s = max(weight_bytes / rates.bandwidth, rows * flops_token / rates.gemm)
-    prefill_s = cfg.questions_per_round * prompt * flops_token / rates.gemm
-    gen_s = (steps * step_s + prefill_s) * OVERHEAD * corr.gen
+    steps = max(1.0, cfg.max_new_tokens * STEP_SHARE)
+    tokens = rows * max(1.0, cfg.max_new_tokens * COMPLETION_SHARE)
+    gen_s = gen_seconds(shape, cfg, rates, steps, tokens) * corr.gen
+    prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
     groups = cfg.local_samples + cfg.external_samples
-    train_tokens = groups * (prompt + cfg.group_size * steps)
+    train_tokens = groups * prompt + tokens * groups / cfg.questions_per_round
     train_s = train_seconds(shape, train_tokens, rates) * corr.train
     return Estimate(gen_s, train_s, corrected=corr.measured)
+
+
+def gen_seconds(shape: Shape, cfg: Config, rates: Rates, steps: float, tokens: float) -> float:
+    """Generation before any correction: every decode step reads all the weights once, and
+    every generated token multiplies through them (rows leave the batch as they end, so the
+    arithmetic follows the tokens, the memory traffic the steps); plus the prompts' prefill."""
+    flops_token = 2.0 * shape.params
+    prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
+    weights = shape.params * rates.bytes_per_param / rates.bandwidth
+    prefill = cfg.questions_per_round * prompt * flops_token / rates.gemm
+    return (steps * weights + tokens * flops_token / rates.gemm + prefill) * OVERHEAD
 
 
 def train_seconds(shape: Shape, tokens: float, rates: Rates) -> float:
@@ -149,7 +161,7 @@ class PaceCache:
                     str(k): {p: float(v[p]) for p in v if p in ("gen", "train")}
                     for k, v in data.get("corrections", {}).items()
                 }
-                if all(0.05 <= x <= 20 for v in corr.values() for x in v.values()):
+                if all(0.05 <= x <= 20 for v in corr.values() for x in v.values()):  # NaN fails
                     return cls(path, machine, rates, corr)
         except (OSError, ValueError, TypeError, AttributeError):
             pass  # none yet, another machine's or damaged: measure again
@@ -159,7 +171,7 @@ class PaceCache:
         data = {"machine": self.machine, "rates": self.rates, "corrections": self.corrections}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")  # processes may write at once
             tmp.write_text(json.dumps(data, indent=1) + "\n")
             tmp.replace(self.path)
         except OSError:
@@ -175,25 +187,34 @@ class PaceCache:
         return r
 
     def rates_saved(self, dtype: str) -> Rates | None:
+        """The rates measured for `dtype` (and this thread count: the key is the caller's),
+        or None when absent or not finite positive numbers (a damaged file)."""
         saved = self.rates.get(dtype)
         try:
-            return Rates(float(saved["gemm"]), float(saved["bandwidth"]), int(saved["bpp"]))
+            r = Rates(float(saved["gemm"]), float(saved["bandwidth"]), int(saved["bpp"]))
         except (KeyError, TypeError, ValueError):
             return None
+        ok = (
+            all(math.isfinite(x) and x > 0 for x in (r.gemm, r.bandwidth)) and r.bytes_per_param > 0
+        )
+        return r if ok else None
 
     def correction(self, model: str) -> Correction:
         """The model's own correction; for a model never run here, the mean (geometric) of the
-        others' (what makes an estimate miss is mostly the machine: its real rates under the
-        load it carries, its attention and Python overheads), so one SmolLM2 round also tells
-        whether Qwen would keep pace."""
+        others', kept within TRANSFER: what makes an estimate miss is mostly the machine (its
+        rates under the load it carries, its Python overheads), so one SmolLM2 round also tells
+        whether Qwen would keep pace; but a small model's overheads weigh more than a larger
+        one's, so what one model teaches another is bounded."""
         own = self.corrections.get(MODEL_IDS.get(model, model))
-        known = [own] if own else [c for c in self.corrections.values() if c]
+        if own:
+            return Correction(own.get("gen", 1.0), own.get("train", 1.0), measured=True)
+        known = [c for c in self.corrections.values() if c]
         if not known:
             return Correction()
 
         def mean(phase: str) -> float:
             vals = [c.get(phase, 1.0) for c in known]
-            return math.prod(vals) ** (1 / len(vals))
+            return min(max(math.prod(vals) ** (1 / len(vals)), TRANSFER[0]), TRANSFER[1])
 
         return Correction(mean("gen"), mean("train"), measured=True)
 
@@ -290,10 +311,11 @@ def keep_pace(
     the lighter of the two when neither does. Returns the settings and a sentence for the
     student (None when the class's settings keep pace). The task, G, I/J ratio and reward stay
     the class's, so what this laptop shares is the class's kind of text."""
-    shape = KNOWN.get(MODEL_IDS.get(cfg.model, cfg.model))
+    name = model_name(cfg.model)  # a class's model carries the hub-only mark
+    shape = KNOWN.get(MODEL_IDS.get(name, name))
     if shape is None:
         return cfg, None
-    corr = cache.correction(cfg.model) if cache else None
+    corr = cache.correction(name) if cache else None
     mine = estimate(shape, cfg, rates, corr)
     if mine.round_s <= SLOW_FACTOR * cfg.round_target:
         return cfg, None
@@ -305,8 +327,8 @@ def keep_pace(
         options.append(
             (lighter, estimate(shape, lighter, rates, corr), f"{fewer_q} questions a round")
         )
-    if cfg.model != small and small in KNOWN:
-        smaller = Config(**{**cfg.to_dict(), "model": small})
+    if name != small and small in KNOWN:
+        smaller = Config(**{**cfg.to_dict(), "model": hub_only(small)})
         corr_small = cache.correction(small) if cache else None
         options.append(
             (smaller, estimate(KNOWN[small], smaller, rates, corr_small), f"model {small}")
@@ -348,17 +370,19 @@ def fmt_seconds(s: float) -> str:
     return f"{s / 60:.0f} min"
 
 
-def learn_from_round(cfg: Config, model_id: str, report: Any, cache: PaceCache, dtype: str) -> None:
+def learn_from_round(cfg: Config, model_id: str, report: Any, cache: PaceCache, key: str) -> None:
     """After a real round: fold its phases' seconds into this machine's correction for the
-    model, when the rates of this dtype were measured here (estimates are built from them).
-    Generation against the estimate of the round's settings; the train step against the
-    tokens it actually trained (a node alone trains its own groups only, zero-advantage
-    completions are skipped), and only when it trained some."""
-    model = MODEL_IDS.get(model_id, model_id)
-    shape, rates = KNOWN.get(model), cache.rates_saved(dtype)
+    model, when the rates under `key` (dtype and threads) were measured here. Each phase against
+    an estimate of the work the round actually did: its decode steps and generated tokens, the
+    tokens its train step trained (a node alone trains its own groups only, zero-advantage
+    completions are skipped), and the step only when it trained some."""
+    model = MODEL_IDS.get(model_name(model_id), model_name(model_id))
+    shape, rates = KNOWN.get(model), cache.rates_saved(key)
     if shape is None or rates is None:
         return
-    cache.learn(model, "gen", report.gen_seconds, estimate(shape, cfg, rates).gen_s)
+    if report.gen_steps > 0 and report.gen_seconds > 0:
+        done = gen_seconds(shape, cfg, rates, report.gen_steps, report.gen_tokens)
+        cache.learn(model, "gen", report.gen_seconds, done)
     if report.train_tokens > 0 and report.train_seconds > 0:
         prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
         groups = report.local_used + report.external_used

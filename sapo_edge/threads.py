@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MIN_INTERVAL = 1.0  # seconds between two load samples (a shorter window is mostly noise)
-DROP_AT = 0.35  # a thread is given up when others use more than this much of the cores left
-REGAIN_BELOW = 0.2  # ... and taken back only once their use falls below this
+DROP_AT = 0.4  # a thread is given up when others use more than this much of the cores left
+REGAIN_BELOW = 0.15  # ... and taken back only once their use stays below this
+REGAIN_WINDOWS = 3  # ... for this many windows in a row (a flickering load does not flip it)
 
 
 def usable_cores() -> int:
@@ -45,13 +46,10 @@ def usable_cores() -> int:
 
 def pinned_threads(setting: int) -> int | None:
     """The thread count a person chose, or None for the adaptive policy: `--threads N` (N > 0)
-    first, then OMP_NUM_THREADS when it holds a positive integer."""
-    if setting > 0:
-        return setting
+    first, then OMP_NUM_THREADS when it holds a positive integer; at most 4 per usable core."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return None
+    chosen = setting if setting > 0 else int(env) if env.isdigit() and int(env) > 0 else None
+    return min(chosen, 4 * usable_cores()) if chosen else None
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,9 @@ class LoadMeter:
         return LoadSample(time.monotonic(), busy, mine.user + mine.system)
 
     def _busy(self, t) -> float:
-        fields = ["user", "system", "irq", "softirq", "steal", "interrupt", "dpc"]
+        # Linux's irq, softirq and steal (a hypervisor's); Windows counts its interrupt and DPC
+        # time inside system already
+        fields = ["user", "system", "irq", "softirq", "steal"]
         if self._count_nice:
             fields.append("nice")
         return sum(getattr(t, f, 0.0) for f in fields)
@@ -106,24 +106,37 @@ class ThreadPolicy:
         *,
         pinned: int | None = None,
         min_interval: float = MIN_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cores, self.pinned = max(1, cores), pinned
-        self._sample, self._min_interval = sample, min_interval
+        self._sample, self._min_interval, self._clock = sample, min_interval, clock
         self.threads = pinned if pinned else self.cores
         self.others = 0.0  # other programs' load in cores, over the last window
-        self._last: LoadSample | None = None if pinned else sample()
+        self.failed = ""  # why the load cannot be read here (the count then stays)
+        self._low = 0  # windows in a row light enough to take a thread back
+        self._last: LoadSample | None = None if pinned else self._read()
 
     @property
     def adaptive(self) -> bool:
-        return self.pinned is None
+        return self.pinned is None and not self.failed
+
+    def _read(self) -> LoadSample | None:
+        try:
+            return self._sample()
+        except Exception as e:  # psutil refused (a sandbox, a platform): keep the count
+            self.failed = f"{type(e).__name__}: {e}"
+            return None
 
     def update(self) -> int:
         """Sample the load when a window has passed and return the thread count to use."""
-        if self._last is None:
+        if self._last is None or self._clock() - self._last.at < self._min_interval:
             return self.threads
-        now = self._sample()
+        now = self._read()
+        if now is None:
+            self._last = None
+            return self.threads
         span = now.at - self._last.at
-        if span < self._min_interval:
+        if span <= 0:
             return self.threads
         others = ((now.busy - self._last.busy) - (now.own - self._last.own)) / span
         self._last = now
@@ -132,17 +145,28 @@ class ThreadPolicy:
         return self.threads
 
     def choose(self, others: float) -> int:
-        """Whole cores left free by the others' load, with a band: a thread is dropped when the
-        others take more than DROP_AT of the cores it would need, and taken back only when their
-        load falls below REGAIN_BELOW of that."""
+        """Whole cores left free by the others' load, with a band: a thread is dropped as soon
+        as the others take more than DROP_AT of the cores it would need, and taken back only
+        after REGAIN_WINDOWS windows in a row where their load stays below REGAIN_BELOW of that."""
         n = self.threads
         while n > 1 and others > self.cores - n + DROP_AT:
             n -= 1
-        while n < self.cores and others < self.cores - n - 1 + REGAIN_BELOW:
-            n += 1
+        if n < self.threads:
+            self._low = 0
+            return n
+        if n < self.cores and others < self.cores - n - 1 + REGAIN_BELOW:
+            self._low += 1
+            if self._low >= REGAIN_WINDOWS:
+                self._low = 0
+                while n < self.cores and others < self.cores - n - 1 + REGAIN_BELOW:
+                    n += 1
+        else:
+            self._low = 0
         return n
 
     def describe(self) -> str:
+        if self.failed:
+            return f"{self.threads} threads (the load cannot be read here: {self.failed})"
         if not self.adaptive:
             return f"{self.threads} threads (pinned)"
         return (

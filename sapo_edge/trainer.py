@@ -66,6 +66,7 @@ class RoundReport:
     mix_progress: float | None = None  # adaptive: progress per round credited this round...
     mix_credited: int | None = None  # ...to this J (the J a finished block trained)
     external_targeted: int = 0  # external groups picked for teaching this node (targeted)
+    gen_steps: int = 0  # decode steps of the round's generation (its longest completion)
 
 
 @dataclass
@@ -454,6 +455,7 @@ class Node:
             received=received,
             pool=self.pool.stats(),
             gen_tokens=sum(g.tokens for group in gens for g in group),
+            gen_steps=max((g.tokens for group in gens for g in group), default=0),
             gen_seconds=gen_seconds,
             train_seconds=stats.seconds if stats else 0.0,
             train_tokens=stats.tokens if stats else 0,

@@ -520,3 +520,33 @@ def test_the_host_says_goodbye_on_every_path_and_students_are_told(host, tmp_pat
     finally:
         for j in (direct, far):
             j.transport.close()
+
+
+def test_a_slow_laptop_in_a_qwen_class_joins_with_lighter_work_and_is_told(tmp_path: Path) -> None:
+    """The class runs Qwen at the paper's settings; this laptop's estimate (the tests pin an
+    AVX2 laptop's rates) is many minutes a round, so it joins with the small model (a hub name,
+    never a path here), is told why, and keeps the class's task; --model keeps the class's."""
+    cfg = make_cfg(
+        tmp_path / "host", listen="127.0.0.1:0", mdns=False, model="Qwen/Qwen2.5-0.5B-Instruct"
+    )
+    h = ClassHost(
+        dataclasses.replace(cfg, max_new_tokens=256, group_size=8, questions_per_round=8),
+        HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web=""),
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    h.start()
+    try:
+        local = dict(out_dir=str(tmp_path / "s"), name="slow", listen="127.0.0.1:0", mdns=False)
+        joined = join_class(h.code, local, identity=Identity.generate(), log=lambda _m: None)
+        joined.transport.close()
+        assert joined.cfg.model == "hub:smollm2-135m"
+        assert joined.cfg.domains == h.cfg.domains and joined.cfg.group_size == 8
+        assert any("still shares its text with the class" in n for n in joined.notes)
+        mine = dict(local, model="Qwen/Qwen2.5-0.5B-Instruct", name="mine")
+        kept = join_class(h.code, mine, identity=Identity.generate(), log=lambda _m: None)
+        kept.transport.close()
+        assert kept.cfg.model == "Qwen/Qwen2.5-0.5B-Instruct"
+        assert not any("still shares" in n for n in kept.notes)
+    finally:
+        h.close()

@@ -101,44 +101,79 @@ def test_each_candidate_is_a_valid_config_and_its_settings_are_cli_flags() -> No
 def test_the_correction_learns_from_real_rounds_and_survives_a_restart(tmp_path: Path) -> None:
     cache = PaceCache.load("machine A", tmp_path / "pace.json")
     assert cache.correction(pace.QWEN) == pace.Correction()
-    cache.rates["float32"] = {"gemm": LAPTOP.gemm, "bandwidth": LAPTOP.bandwidth, "bpp": 4}
+    key = "float32/2 threads"
+    cache.rates[key] = {"gemm": LAPTOP.gemm, "bandwidth": LAPTOP.bandwidth, "bpp": 4}
     cfg = pace.CANDIDATES[3].config()  # Qwen on addition
-    est = pace.estimate(QWEN, cfg, LAPTOP)
+    # a round whose answers ended early: 14 decode steps, 150 tokens; the correction is of the
+    # machine's speed on that work, not of how long answers happened to be
+    did = pace.gen_seconds(QWEN, cfg, LAPTOP, 14, 150)
     report = SimpleNamespace(
-        gen_seconds=est.gen_s * 2.0, train_seconds=30.0, train_tokens=200, local_used=2,
-        external_used=0,
+        gen_seconds=did * 2.0, gen_steps=14, gen_tokens=150, train_seconds=30.0,
+        train_tokens=200, local_used=2, external_used=0,
     )  # fmt: skip
-    pace.learn_from_round(cfg, pace.QWEN, report, cache, "float32")
+    pace.learn_from_round(cfg, pace.QWEN, report, cache, key)
     again = PaceCache.load("machine A", tmp_path / "pace.json")
     corr = again.correction(pace.QWEN)
     assert corr.measured and corr.gen == pytest.approx(2.0)
     trained = pace.train_seconds(QWEN, 200 + 2 * pace.PROMPT_TOKENS, LAPTOP)
     assert corr.train == pytest.approx(30.0 / trained)
+    est = pace.estimate(QWEN, cfg, LAPTOP)
     corrected = pace.estimate(QWEN, cfg, LAPTOP, corr)
     assert corrected.gen_s == pytest.approx(est.gen_s * 2.0) and corrected.corrected
     # a second round halfway (geometric) toward its own ratio
-    report.gen_seconds = est.gen_s * 8.0
-    pace.learn_from_round(cfg, pace.QWEN, report, again, "float32")
+    report.gen_seconds = did * 8.0
+    pace.learn_from_round(cfg, "hub:" + pace.QWEN, report, again, key)  # a class's marked name
     assert again.correction(pace.QWEN).gen == pytest.approx(4.0)
     # a round that trained nothing teaches nothing about the step
-    report.train_tokens, report.train_seconds = 0, 0.0
+    report.train_tokens, report.train_seconds, report.gen_steps = 0, 0.0, 0
     before = again.correction(pace.QWEN).train
-    pace.learn_from_round(cfg, pace.QWEN, report, again, "float32")
+    pace.learn_from_round(cfg, pace.QWEN, report, again, key)
     assert again.correction(pace.QWEN).train == before
-    # a model never run here borrows the machine's correction from the models that ran
-    assert again.correction("smollm2-135m") == again.correction(pace.QWEN)
+    # rates of another thread count (a pinned run) teach nothing
+    report.gen_seconds, report.gen_steps = did * 100.0, 14
+    pace.learn_from_round(cfg, pace.QWEN, report, again, "float32/1 threads")
+    assert again.correction(pace.QWEN).gen == pytest.approx(4.0)
+    # a model never run here borrows the machine's correction, within bounds
+    assert again.correction("smollm2-135m").gen == pace.TRANSFER[1]
     # the alias's model id counts for the alias
     pace.learn_from_round(
-        pace.CANDIDATES[4].config(), "HuggingFaceTB/SmolLM2-135M-Instruct", report, again, "float32"
+        pace.CANDIDATES[4].config(), "HuggingFaceTB/SmolLM2-135M-Instruct", report, again, key
     )
-    assert again.correction("smollm2-135m").measured
+    assert again.corrections["smollm2-135m"]
+
+
+def test_only_a_run_with_every_core_teaches_the_machine_s_pace(tmp_path, monkeypatch) -> None:
+    """control.run_rounds hands each of a session's first rounds to the backend's learn_pace,
+    which learns only from an adaptive run (not one pinned to fewer threads)."""
+    from sapo_edge import control
+
+    taught = []
+
+    class Node:
+        def __init__(self) -> None:
+            self.round, self.cfg, self.model_id, self.saved = 0, Config(), "m", None
+            self.backend = SimpleNamespace(learn_pace=lambda *a: taught.append(a[2]))
+
+        def run_round(self):
+            self.round += 1
+            return f"report {self.round}"
+
+        def save(self):
+            return tmp_path
+
+    control.run_rounds(Node(), 6, None, lambda _m: None)
+    assert taught == [f"report {i}" for i in range(1, control.LEARN_ROUNDS + 1)]
 
 
 @pytest.mark.parametrize(
     "text",
     ["", "{", "[]", '{"machine": "machine A", "corrections": {"q": {"gen": 1e9}}}',
      '{"machine": "machine B", "corrections": {"q": {"gen": 2}}}',
-     '{"machine": "machine A", "rates": {"float32": {"gemm": "fast"}}}'],
+     '{"machine": "machine A", "rates": {"float32": {"gemm": "fast"}}}',
+     '{"machine": "machine A", "rates": {"float32": {"gemm": 0, "bandwidth": 1, "bpp": 4}}}',
+     '{"machine": "machine A", "rates": {"float32": {"gemm": -5, "bandwidth": 1, "bpp": 4}}}',
+     '{"machine": "machine A", "rates": {"float32": {"gemm": NaN, "bandwidth": 1, "bpp": 4}}}',
+     '{"machine": "machine A", "corrections": {"q": {"gen": NaN}}}'],
 )  # fmt: skip
 def test_a_damaged_or_foreign_cache_is_measured_again(tmp_path: Path, text: str) -> None:
     path = tmp_path / "pace.json"
@@ -189,14 +224,30 @@ def test_hub_reachable_is_false_offline_without_touching_the_network(
     monkeypatch.setattr(socket, "create_connection", no)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert not models.hub_reachable()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.school:3128")  # only a download can tell
+    assert models.hub_reachable()
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.test:8080")
+    asked: list = []
+
+    def refuse(addr, timeout):
+        asked.append(addr)
+        raise OSError("refused")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(models, "_REACHABLE", {})
+    assert not models.hub_reachable() and not models.hub_reachable()
+    assert asked == [("mirror.test", 8080)]  # the mirror, asked once
     assert not models.available("Qwen/Qwen2.5-0.5B-Instruct", reachable=lambda: False)
 
 
 def test_a_slow_laptop_in_a_qwen_class_lightens_its_work_and_says_so() -> None:
-    cls = Config.load("", {"preset": "paper", "model": pace.QWEN, "round_target": 60})
+    cls = Config.load("", {"preset": "paper", "model": "hub:" + pace.QWEN, "round_target": 60})
     cfg, note = pace.keep_pace(cls, LAPTOP, None)
     assert note and "still shares its text with the class" in note and "--model" in note
-    mine = pace.estimate(fit.KNOWN[cfg.model], cfg, LAPTOP)
+    assert cfg.model == "hub:smollm2-135m"  # a class-given name: never a path on this disk
+    mine = pace.estimate(fit.KNOWN["smollm2-135m"], cfg, LAPTOP)
     theirs = pace.estimate(QWEN, cls, LAPTOP)
     assert mine.round_s < theirs.round_s
     # the class's task, group size and reward stay: what it shares is the class's kind of text

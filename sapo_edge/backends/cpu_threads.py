@@ -11,6 +11,9 @@ import torch
 from ..threads import LoadMeter, ThreadPolicy, pinned_threads, usable_cores
 
 _POLICY: ThreadPolicy | None = None
+# torch's own default before anything changed it: the physical cores (on Apple Silicon the
+# performance cores); the policy never goes above it, only below
+TORCH_DEFAULT = torch.get_num_threads()
 
 
 def cpu_threads(setting: int, log: Callable[[str], None], fresh: bool = False) -> ThreadPolicy:
@@ -19,8 +22,14 @@ def cpu_threads(setting: int, log: Callable[[str], None], fresh: bool = False) -
     global _POLICY
     if _POLICY is None or fresh:
         pinned = pinned_threads(setting)
-        sample = LoadMeter() if pinned is None else (lambda: None)  # type: ignore[assignment]
-        _POLICY = ThreadPolicy(usable_cores(), sample, pinned=pinned)
+        cores = max(1, min(usable_cores(), TORCH_DEFAULT))
+        if pinned is None:
+            try:
+                sample = LoadMeter()
+            except Exception as e:  # psutil cannot read this system: torch's default stays
+                sample, pinned = None, cores
+                log(f"cpu threads: {cores}, fixed (the load cannot be read here: {e})")
+        _POLICY = ThreadPolicy(cores, sample, pinned=pinned)  # type: ignore[arg-type]
         set_threads(_POLICY.threads)
         how = (
             "adaptive: fewer while other programs keep cores busy"

@@ -11,7 +11,9 @@ from collections.abc import Callable
 import torch
 
 from ..pace import PaceCache, Rates
+from ..threads import usable_cores
 from .cpu_dtype import choose_cpu_dtype, machine_key
+from .cpu_threads import TORCH_DEFAULT, set_threads
 
 
 def measure_rates(dtype: torch.dtype, seconds: float = 1.0) -> Rates:
@@ -58,5 +60,12 @@ def cpu_pace(dtype_setting: str, log: Callable[[str], None]) -> tuple[Rates, Pac
             pass
         log("SAPO_EDGE_PACE_RATES is not GEMM_FLOPS,BYTES_PER_S (e.g. 5e10,1e10): measuring")
     cache = PaceCache.load(machine_key())
-    rates = cache.rates_for(name, lambda: measure_rates(dtype))
+    threads = min(usable_cores(), TORCH_DEFAULT)
+    set_threads(threads)  # the probe runs with the cores an adaptive run starts with
+    rates = cache.rates_for(rates_key(name, threads), lambda: measure_rates(dtype))
     return rates, cache, name
+
+
+def rates_key(dtype: str, threads: int) -> str:
+    """Rates are kept per dtype and thread count (a run pinned to fewer reads other ones)."""
+    return f"{dtype}/{threads} threads"

@@ -193,13 +193,18 @@ class TorchBackend:
             p.requires_grad_(True)
 
     def learn_pace(self, cfg: Config, model_id: str, report) -> None:
-        """After a round on the CPU: keep what it took against pace.py's estimate, so the next
-        choice of defaults on this machine estimates from it."""
-        if self.device == "cpu" and not os.environ.get("SAPO_EDGE_PACE_RATES"):
-            from ..pace import PaceCache, learn_from_round
-            from .cpu_dtype import machine_key
+        """After a round on the CPU with every core it may use: keep what it took against
+        pace.py's estimate, so the next choice of defaults here estimates from it (not from a
+        run pinned to fewer threads, nor under pinned test rates)."""
+        policy = self.threads
+        if policy is None or not policy.adaptive or os.environ.get("SAPO_EDGE_PACE_RATES"):
+            return
+        from ..pace import PaceCache, learn_from_round
+        from .cpu_dtype import machine_key
+        from .rates import rates_key
 
-            learn_from_round(cfg, model_id, report, PaceCache.load(machine_key()), self.dtype)
+        cache = PaceCache.load(machine_key())
+        learn_from_round(cfg, model_id, report, cache, rates_key(self.dtype, policy.cores))
 
     def _pace(self) -> None:
         """Fit torch's threads to the cores other programs leave free (threads.py)."""

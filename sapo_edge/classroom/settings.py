@@ -26,6 +26,7 @@ LOCAL_FIELDS = frozenset(
         "backend",
         "dtype",
         "micro_batch_size",
+        "threads",  # this laptop's cores, never the teacher's
         "memory_check",
         "name",
         "out_dir",
