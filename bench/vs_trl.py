@@ -14,6 +14,11 @@ peak RSS is its own) and they take turns round by round (A B C D A B C D ...): a
 each, then --rounds measured rounds; medians are reported.
 The scaling table runs real sapo-edge Node rounds alone while G, the completion length and
 the number of external groups received grow.
+
+`--model qwen2.5-0.5b-shape` runs the same head-to-head and floors at Qwen2.5-0.5B's shapes
+(random weights, SmolLM2's tokenizer: bench/qwen_shape.py builds it in LOGS once, offline) with
+stand-in rewards (a random model earns none) and writes docs/benchmarks-qwen-shape.md; no
+scaling table (a Node drops groups that all scored alike). With --smoke: 2 layers, same vocabulary.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from workers import Spec, trl_settings, trl_shared_settings  # noqa: E402
+
+QWEN_SHAPE = "qwen2.5-0.5b-shape"  # --model: bench/qwen_shape.py's random-weight model
 
 SCALING = (  # (G, max completion tokens, external groups received per round)
     [(g, 128, 0) for g in (4, 8, 16)]
@@ -196,14 +203,27 @@ def render(args, spec: Spec, summary: dict, raw: dict, scale: list[dict], wall: 
         "",
         f"Machine: {machine()}.",
         "",
+        f"Model: {spec.model_id}."
+        + (
+            " Stand-in rewards (a random model earns none): in every group and column the "
+            "completions at even positions score 1, the odd ones 0, so every completion trains."
+            if spec.stand_in_rewards
+            else ""
+        ),
+        "",
         f"Work per round: the same {spec.questions} questions every round, G={spec.group_size} "
         f"completions each, up to {spec.max_new_tokens} new tokens, temperature 1.0, LoRA r=16 "
         "on q/k/v/o/gate/up/down, beta=0, one optimizer step, "
         "float32 unless the column says bfloat16 (base weights; LoRA and optimizer state stay "
         "float32), CPU. Task: one-digit addition (reasoning-gym basic_arithmetic, seed "
-        f"{spec.seed}), the same lenient reward in every column (a correct tagged answer 1.0, a "
-        "correct untagged last number 0.5), so that rewards differ within groups and every "
-        "column trains: "
+        f"{spec.seed}), "
+        + (
+            "scored by the stand-in rewards above: "
+            if spec.stand_in_rewards
+            else "the same lenient reward in every column (a correct tagged answer 1.0, a "
+            "correct untagged last number 0.5), so that rewards differ within groups and every "
+            "column trains: "
+        )
         + "; ".join(f"`{t.question.splitlines()[0][:60]}`" for t in tasks)
         + f". Medians of {args.rounds} rounds after a warm-up round, the columns taking "
         "turns round by round, each in its own process.",
@@ -362,7 +382,17 @@ def render(args, spec: Spec, summary: dict, raw: dict, scale: list[dict], wall: 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", help="alias, HF id or local directory")
+    ap.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help=f"alias, HF id or local directory; {QWEN_SHAPE}: Qwen2.5-0.5B's shapes, random weights",
+    )
+    ap.add_argument(
+        "--tokenizer",
+        type=Path,
+        help=f"with --model {QWEN_SHAPE}: a model directory to take the tokenizer from "
+        "(default: SmolLM2's, from the offline GGUF)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds each (default 3)")
     ap.add_argument(
         "--columns",
@@ -380,15 +410,36 @@ def main() -> int:
     ap.add_argument(
         "--smoke", action="store_true", help="tiny shapes (CI): 2 questions x 2, 8 tokens"
     )
-    ap.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="default docs/benchmarks.md (docs/benchmarks-qwen-shape.md for the Qwen shape)",
+    )
     ap.add_argument("--logs", type=Path, default=Path("runs/bench"))
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be 1 or more")
-    from sapo_edge.models import resolve_model
+    args.logs.mkdir(parents=True, exist_ok=True)
+    if args.model == QWEN_SHAPE:
+        import qwen_shape
 
-    model = resolve_model(args.model, progress=print)
-    spec = Spec(model_dir=str(model.path), model_id=model.model_id)
+        if args.scaling_only:
+            ap.error(f"--model {QWEN_SHAPE} has no scaling table: leave out --scaling-only")
+
+        where = args.logs / (QWEN_SHAPE + ("-smoke" if args.smoke else ""))
+        spec = Spec(
+            model_dir=str(qwen_shape.build(where, args.tokenizer, smoke=args.smoke)),
+            model_id=qwen_shape.MODEL_ID + (" (--smoke: 2 layers of 128)" if args.smoke else ""),
+            stand_in_rewards=True,
+        )
+        args.no_scaling = True  # a Node drops groups that all scored alike: no step would run
+        args.out = args.out or Path("docs/benchmarks-qwen-shape.md")
+    else:
+        from sapo_edge.models import resolve_model
+
+        model = resolve_model(args.model, progress=print)
+        spec = Spec(model_dir=str(model.path), model_id=model.model_id)
+    args.out = args.out or Path("docs/benchmarks.md")
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     if unknown := [c for c in columns if c not in COLUMNS]:
         ap.error(f"unknown column(s) {', '.join(unknown)}: use {', '.join(COLUMNS)}")
@@ -405,7 +456,6 @@ def main() -> int:
             import trl  # noqa: F401
         except ImportError:
             ap.error("TRL is not installed: pip install -e '.[bench]', or pass --no-trl")
-    args.logs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     saved = args.logs / "head_to_head.json"
     if args.scaling_only:

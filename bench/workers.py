@@ -54,6 +54,9 @@ class Spec:
     external: int = 0  # node worker: groups received from peers before each round
     dtype: str = "float32"
     seed: int = 2026  # picks the fixed reasoning-gym batch
+    # a random-weight model (bench/qwen_shape.py) earns no reward, so no step would run: each
+    # group's completions get stand_in_reward(position) instead, in every column
+    stand_in_rewards: bool = False
     domains: dict = field(default_factory=lambda: dict(TASK["domains"]))
     domain_configs: dict = field(default_factory=lambda: dict(TASK["domain_configs"]))
 
@@ -73,6 +76,12 @@ class Spec:
             checkpoint_every=0,
         )
         return Config(**{**base, **kw})
+
+
+def stand_in_reward(position: int, group_size: int) -> float:
+    """1 for a completion at an even position of its group, 0 at an odd one: every group has a
+    non-zero advantage and every completion trains (the most work a step can have)."""
+    return float(position % group_size % 2 == 0)
 
 
 def fixed_tasks(spec: Spec):
@@ -130,15 +139,20 @@ def generate_round(backend, spec: Spec, prompts: list, seed: int) -> list:
     )
 
 
-def scored_samples(tasks: list, prompts: list, groups: list) -> tuple[list, list[float]]:
-    """Each completion scored and turned into a training sample with its group's advantage (the
-    sampled ids, as trained), and the rewards in order."""
+def scored_samples(
+    tasks: list, prompts: list, groups: list, stand_in: bool = False
+) -> tuple[list, list[float]]:
+    """Each completion scored (or given its stand-in reward) and turned into a training sample
+    with its group's advantage (the sampled ids, as trained), and the rewards in order."""
     from sapo_edge.advantages import group_advantages
     from sapo_edge.backends.base import Sample
 
     samples, rewards = [], []
     for task, msgs, group in zip(tasks, prompts, groups, strict=True):
-        scores = [score_completion(task, g.text, REWARD) for g in group]
+        if stand_in:
+            scores = [stand_in_reward(j, len(group)) for j in range(len(group))]
+        else:
+            scores = [score_completion(task, g.text, REWARD) for g in group]
         rewards += scores
         samples += [
             Sample(msgs, g, a) for g, a in zip(group, group_advantages(scores), strict=True)
@@ -160,7 +174,7 @@ def run_sapo(spec: Spec) -> None:
         t0 = time.perf_counter()
         groups = generate_round(backend, spec, prompts, seed=r)
         gen_s = time.perf_counter() - t0
-        samples, rewards = scored_samples(tasks, prompts, groups)
+        samples, rewards = scored_samples(tasks, prompts, groups, spec.stand_in_rewards)
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
         last = r == spec.rounds - 1
@@ -369,6 +383,10 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
     scored: list[float] = []  # this step's rewards, in TRL's order (G consecutive per group)
 
     def reward(prompts, completions, task, **_):
+        if spec.stand_in_rewards:  # TRL passes whole groups, G consecutive completions each
+            out = [stand_in_reward(j, spec.group_size) for j in range(len(completions))]
+            scored.extend(out)
+            return out
         out = [
             score_completion(tasks[i], c[0]["content"], REWARD)
             for c, i in zip(completions, task, strict=True)

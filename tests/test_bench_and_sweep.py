@@ -60,6 +60,26 @@ def test_benchmark_smoke_writes_the_tables(tiny_qwen, tmp_path):
     assert rows[1].split("|")[3].strip() == "4"
 
 
+def test_benchmark_qwen_shape_smoke_trains_every_row_with_floors(tiny_qwen, tmp_path):
+    """--model qwen2.5-0.5b-shape: a random model at Qwen's vocabulary (2 layers under --smoke),
+    stand-in rewards so that every completion trains, both floors measured; the model is built
+    once in LOGS and reused by the next run."""
+    out, logs = tmp_path / "qwen.md", tmp_path / "logs"
+    args = [str(ROOT / "bench/vs_trl.py"), "--model", "qwen2.5-0.5b-shape", "--smoke"]
+    args += ["--rounds", "1", "--no-trl", "--columns", "sapo", "--tokenizer", str(tiny_qwen)]
+    _run([*args, "--out", str(out), "--logs", str(logs)], tmp_path)
+    text = out.read_text()
+    assert "Model: Qwen2.5-0.5B-shaped, random weights" in text
+    assert "Stand-in rewards" in text
+    assert "sapo-edge float32 4 (of 4)" in text  # every completion trained
+    for phase in ("train step", "generation"):
+        assert re.search(rf"\| sapo-edge float32 \| {phase} \|.*\*\*[0-9.]+x\*\* \|", text)
+    config = json.loads((logs / "qwen2.5-0.5b-shape-smoke" / "config.json").read_text())
+    assert config["vocab_size"] == 151936 and config["tie_word_embeddings"] is True
+    assert config["model_type"] == "qwen2" and config["num_key_value_heads"] == 1
+    assert "## Scaling" not in text
+
+
 @pytest.mark.skipif(
     not os.access("/proc/self/clear_refs", os.W_OK), reason="needs Linux's /proc/self/clear_refs"
 )

@@ -78,16 +78,117 @@ def test_its_output_can_be_changed_in_place_as_modeling_code_does():
         assert torch.allclose(got.grad, want.grad, atol=1e-5)
 
 
-def test_mixed_dtypes_and_a_trainable_base_take_peft_arithmetic():
+def _peft_mixed(x, w, b, a, lb, s):
+    """peft's LoRA Linear in a bfloat16 model with float32 A and B: x cast to A's dtype for the
+    LoRA term, the base result plus the float32 term, the sum cast back to x's dtype."""
+    lora = F.linear(F.linear(x.to(a.dtype), a), lb) * s
+    return (F.linear(x, w, b) + lora).to(x.dtype)
+
+
+def _mixed_inputs(seed, base_dtype=torch.bfloat16):
+    """Random shapes; x, W and the bias in base_dtype, A and B float32 (LoRA as peft keeps it);
+    two copies, each with its own leaves."""
+    gen = torch.Generator().manual_seed(200 + seed)
+    n_in, n_out, t = (int(v) for v in torch.randint(1, 80, (3,), generator=gen))
+    r = int(torch.randint(1, 17, (), generator=gen))
+    bias, s = bool(seed % 2), float(torch.rand((), generator=gen)) * 4
+    x, w, b, a, lb = _inputs(
+        torch.float32, bias=bias, shape=(2, t), seed=seed, n_in=n_in, n_out=n_out, r=r
+    )
+    x, w = (x.detach().to(base_dtype) for x in (x, w))
+    b = b.to(base_dtype) if b is not None else None
+    copies = []
+    for _ in range(2):
+        copies.append(
+            (
+                x.clone().requires_grad_(),
+                w,
+                b,
+                a.detach().clone().requires_grad_(),
+                lb.detach().clone().requires_grad_(),
+            )
+        )
+    return copies, s, gen
+
+
+def _err(got, want):
+    return float((got.double() - want.double()).abs().max())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_bfloat16_base_with_float32_lora_is_one_op_matching_peft(seed):
+    """The mix peft runs in a bfloat16 model (base bfloat16, A and B float32) is one op, and it
+    gives peft's numbers: the output and x's gradient within bfloat16 rounding (a unit or two in
+    the last place of the largest value), A's and B's gradients, float32 as before, to float32
+    rounding; each no farther from a float64 computation of the same values than peft's."""
+    (got_in, ref_in), s, gen = _mixed_inputs(seed)
+    got, ref = lora_linear(*got_in, s), _peft_mixed(*ref_in, s)
+    assert got.grad_fn.name() == "LoraLinearBackward"
+    assert got.dtype == ref.dtype == torch.bfloat16
+    up = torch.randn(ref.shape, generator=gen).to(torch.bfloat16)
+    got.backward(up)
+    ref.backward(up)
+    exact = [v.detach().double().requires_grad_() if v is not None else None for v in ref_in]
+    truth = _plain(*exact, s)
+    truth.backward(up.double())
+    bf16_ulp = 2.0**-7
+    for mine, peft, true, tol in (
+        (got, ref, truth, bf16_ulp),
+        (got_in[0].grad, ref_in[0].grad, exact[0].grad, bf16_ulp),
+        (got_in[3].grad, ref_in[3].grad, exact[3].grad, 1e-5),
+        (got_in[4].grad, ref_in[4].grad, exact[4].grad, 1e-5),
+    ):
+        scale = float(true.detach().abs().max()) + 1e-6
+        assert mine.dtype == peft.dtype
+        assert _err(mine, peft) <= 2 * tol * scale
+        assert _err(mine, true) <= 1.5 * _err(peft, true) + tol * scale * 0.5
+    assert got_in[3].grad.dtype == got_in[4].grad.dtype == torch.float32
+
+
+def test_the_mixed_op_is_the_same_arithmetic_in_float64():
+    """The mixed path's formulas at full precision: a float32 base with float64 A and B runs the
+    same code (casts, the float64 term added before the one rounding); its LoRA gradients, taken
+    in float64, pass against a float64 computation of the whole layer."""
+    (got_in, _), s, gen = _mixed_inputs(3, base_dtype=torch.float32)
+    x, w, b, a, lb = got_in
+    a64, b64 = (v.detach().double().requires_grad_() for v in (a, lb))
+    out = lora_linear(x, w, b, a64, b64, s)
+    assert out.grad_fn.name() == "LoraLinearBackward" and out.dtype == torch.float32
+    up = torch.randn(out.shape, generator=gen)
+    out.backward(up)
+    ref_a, ref_b = (v.detach().clone().requires_grad_() for v in (a64, b64))
+    x64 = x.detach().double().requires_grad_()
+    _plain(x64, w.double(), b.double() if b is not None else None, ref_a, ref_b, s).backward(
+        up.double()
+    )
+    assert torch.allclose(a64.grad, ref_a.grad, rtol=1e-6, atol=1e-6)
+    assert torch.allclose(b64.grad, ref_b.grad, rtol=1e-6, atol=1e-6)
+    assert torch.allclose(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_the_mixed_output_can_be_changed_in_place():
+    (got_in, ref_in), s, _ = _mixed_inputs(1)
+    out = lora_linear(*got_in, s)
+    assert out.grad_fn.name() == "LoraLinearBackward"
+    out.clamp_(-1.0, 1.0).mul_(3.0).float().sum().backward()
+    _peft_mixed(*ref_in, s).clamp(-1.0, 1.0).mul(3.0).float().sum().backward()
+    for i in (0, 3, 4):
+        want = ref_in[i].grad
+        assert _err(got_in[i].grad, want) <= 2 * 2.0**-7 * (float(want.abs().max()) + 1e-6)
+
+
+def test_a_trainable_base_or_no_gradients_take_peft_arithmetic():
     x, w, b, a, lb = _inputs(torch.float32, bias=True)
-    xb = x.detach().to(torch.bfloat16).requires_grad_()
-    out = lora_linear(xb, w.to(torch.bfloat16), b.to(torch.bfloat16), a, lb, 2.0)
-    assert out.dtype == torch.bfloat16  # the LoRA term in float32, the sum cast back
-    out.float().sum().backward()
-    assert a.grad is not None and a.grad.dtype == torch.float32
     w.requires_grad_(True)  # a trainable base: its gradient must not be dropped
-    lora_linear(x, w, b, a, lb, 2.0).sum().backward()
+    out = lora_linear(x, w, b, a, lb, 2.0)
+    assert out.grad_fn.name() != "LoraLinearBackward"
+    out.sum().backward()
     assert w.grad is not None and w.grad.abs().sum() > 0
+    with torch.no_grad():  # sampling: peft's arithmetic, bfloat16 base and float32 LoRA
+        xb, wb, bb = (v.detach().to(torch.bfloat16) for v in (x, w, b))
+        out = lora_linear(xb, wb, bb, a, lb, 2.0)
+        assert out.dtype == torch.bfloat16
+        assert torch.equal(out, _peft_mixed(xb, wb, bb, a, lb, 2.0))
 
 
 def test_under_inference_mode_it_makes_no_graph():
@@ -153,3 +254,37 @@ def test_only_plain_lora_layers_are_swapped(extra, swapped):
 
     model = get_peft_model(Net(), LoraConfig(r=2, target_modules=["lin"], **extra))
     assert len(list(_lora_linears(model, "default"))) == swapped
+
+
+def test_a_bfloat16_step_runs_fused_layers_with_peft_gradients(tiny_qwen, monkeypatch):
+    """In a bfloat16 model (LoRA float32, as peft keeps it) the step runs every LoRA layer as one
+    op, and the LoRA gradients it hands the optimizer are peft's own layers' to bfloat16
+    rounding (the same samples with the fused layers off), float32 both."""
+    calls = []
+    apply = LoraLinear.apply
+    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
+    grads = {}
+    for fuse in (True, False):
+        cfg = Config(model=str(tiny_qwen), lora_r=4, dtype="bfloat16", max_grad_norm=0.0)
+        b = TorchBackend(tiny_qwen, cfg, adapter=f"bf16_{fuse}", device="cpu", log=lambda m: None)
+        assert b.dtype == "bfloat16"
+        b.reset(4)
+        with torch.no_grad():  # B off zero, so that every gradient is exercised
+            for p in b.params:
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(7)) * 0.05)
+        b.fuse_lora = fuse
+        samples = [
+            Sample(MSGS, b.encode_completion(t, finished=True, max_new_tokens=16), adv)
+            for t, adv in (("<answer>5</answer>", 1.0), ("it is 7", -1.0))
+        ]
+        seen = []
+        b.optimizer.step = lambda seen=seen, b=b: seen.extend(p.grad.clone() for p in b.params)
+        calls.clear()
+        b.train_step(samples)
+        assert (len(calls) > 0) == fuse
+        grads[fuse] = torch.cat([g.flatten() for g in seen])
+        assert all(g.dtype == torch.float32 for g in seen)
+        b.close()
+    got, want = grads[True], grads[False]
+    assert want.abs().sum() > 0
+    assert (got - want).norm() <= 2e-2 * want.norm()

@@ -8,6 +8,8 @@ once: W's and the bias' are never computed (the base is frozen). The train step 
 benchmark's work (SmolLM2-135M, float32, 2 cores) took ~9% less time with it (medians of three
 A/B pairs: 38.1 s -> 34.5 s); the arithmetic is the same to float rounding
 (tests/test_lora_fused.py checks it against peft's op-by-op arithmetic and float64 gradcheck).
+A bfloat16 base with float32 A and B (how peft keeps LoRA in a bfloat16 model) runs as one op
+too: before, that mix took peft's five ops plus their dtype casts and whole-output multiplies.
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ import torch
 
 
 class LoraLinear(torch.autograd.Function):
-    """y = x W^T + bias + scale * (x A^T) B^T, with gradients for x, A and B only."""
+    """y = x W^T + bias + scale * (x A^T) B^T, with gradients for x, A and B only.
+
+    A and B may be float32 under a bfloat16 (or float16) base, as peft keeps them: the LoRA
+    term and the LoRA gradients are then computed in A's dtype, x and the incoming gradient cast
+    to it for the small matmuls only, and the LoRA term is added into the base output in float32
+    before that is rounded to the base dtype (an in-place add of a float32 tensor into a
+    bfloat16 one computes in float32), which is peft's own arithmetic: the base result plus the
+    float32 LoRA term, cast back."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, a, b, scale: float):  # noqa: PLR0913
         x2 = x.reshape(-1, x.shape[-1])
-        h = torch.mm(x2, a.t()).mul_(scale)  # [tokens, r]: s (A x)
+        h = torch.mm(x2.to(a.dtype), a.t()).mul_(scale)  # [tokens, r]: s (A x), in A's dtype
         # the output in its own shape, written through a 2-D view: a view returned from a
         # Function could not be changed in place later (OLMo clamps q/k/v in place)
         out = x.new_empty(*x.shape[:-1], weight.shape[0])
@@ -30,7 +39,10 @@ class LoraLinear(torch.autograd.Function):
             torch.addmm(bias, x2, weight.t(), out=y)
         else:
             torch.mm(x2, weight.t(), out=y)
-        y.addmm_(h, b.t())
+        if h.dtype == y.dtype:
+            y.addmm_(h, b.t())
+        else:  # float32 LoRA term, summed in float32, rounded once to the base dtype
+            y.add_(torch.mm(h, b.t()))
         ctx.save_for_backward(x2, h, weight, a, b)
         ctx.scale, ctx.x_shape = scale, x.shape
         return out
@@ -39,23 +51,32 @@ class LoraLinear(torch.autograd.Function):
     def backward(ctx, grad):
         x2, h, weight, a, b = ctx.saved_tensors
         g = grad.reshape(-1, grad.shape[-1])
+        gl = g.to(b.dtype)  # the incoming gradient in LoRA's dtype (no copy when they agree)
         need_x, _, _, need_a, need_b, _ = ctx.needs_input_grad
-        gb = torch.mm(g.t(), h) if need_b else None  # dL/dB = g^T s (A x)
+        gb = torch.mm(gl.t(), h) if need_b else None  # dL/dB = g^T s (A x)
         if not (need_x or need_a):
             return None, None, None, None, gb, None
-        gh = torch.mm(g, b).mul_(ctx.scale)  # dL/d(A x) = s g B
-        ga = torch.mm(gh.t(), x2) if need_a else None
-        gx = torch.mm(g, weight).addmm_(gh, a).view(ctx.x_shape) if need_x else None
+        gh = torch.mm(gl, b).mul_(ctx.scale)  # dL/d(A x) = s g B
+        ga = torch.mm(gh.t(), x2.to(a.dtype)) if need_a else None
+        gx = None
+        if need_x:
+            gx = torch.mm(g, weight)
+            if gh.dtype == gx.dtype:
+                gx.addmm_(gh, a)
+            else:  # as in the forward: the LoRA part in float32, added before one rounding
+                gx.add_(torch.mm(gh, a))
+            gx = gx.view(ctx.x_shape)
         return gx, None, None, ga, gb, None
 
 
 def lora_linear(x, weight, bias, a, b, scale: float) -> torch.Tensor:
-    """LoraLinear where it pays: with gradients, one dtype throughout and a frozen base.
-    Otherwise peft's own arithmetic (x cast to A's dtype for the LoRA term, the sum cast back to
-    x's): without gradients (sampling) the one op saved nothing and the Function call cost ~7% of
-    tokens/s (SmolLM2, float32, 2 cores)."""
+    """LoraLinear where it pays: with gradients and a frozen base whose dtype x shares (A and B in
+    that dtype or another, float32 under a bfloat16 base). Otherwise peft's own arithmetic (x
+    cast to A's dtype for the LoRA term, the sum cast back to x's): without gradients (sampling)
+    the one op saved nothing and the Function call cost ~7% of tokens/s (SmolLM2, float32, 2
+    cores)."""
     frozen = not weight.requires_grad and (bias is None or not bias.requires_grad)
-    if torch.is_grad_enabled() and frozen and x.dtype == weight.dtype == a.dtype == b.dtype:
+    if torch.is_grad_enabled() and frozen and x.dtype == weight.dtype and a.dtype == b.dtype:
         return LoraLinear.apply(x, weight, bias, a, b, scale)
     lora = torch.nn.functional.linear(torch.nn.functional.linear(x.to(a.dtype), a), b) * scale
     return (torch.nn.functional.linear(x, weight, bias) + lora).to(x.dtype)

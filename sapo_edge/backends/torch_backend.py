@@ -30,6 +30,7 @@ from ..config import Config
 from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
 from .cpu_dtype import choose_cpu_dtype
 from .cpu_threads import cpu_threads, set_threads
+from .head_logps import head_logps
 from .heap import returned_heap
 from .lora_init import lora_a_init, step_seed
 from .shared_prefix import SharedPrefix
@@ -58,6 +59,8 @@ hf_logging.disable_progress_bar()  # one line per round, not weight-loading bars
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 _SHARED: dict[tuple[str, str, str], _SharedBase] = {}
+# model types whose CausalLM forward computes logits as lm_head(hidden) and nothing more
+_PLAIN_HEAD_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 
 def lora_config(cfg: Config) -> LoraConfig:
@@ -308,9 +311,10 @@ class TorchBackend:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of completions of one prompt: each row runs the prompt's last
         token and its completion on the shared prefix's KV cache, with logits for completion
-        tokens only. (Logits of the prompt's last position on their own, a [1, 1, hidden] slice
+        tokens only, padding left out, a chunk of tokens at a time (head_logps.py); 0 at the
+        padding. (Logits of the prompt's last position on their own, a [1, 1, hidden] slice
         of a longer sequence, took a slow path through the LM head in bfloat16 on the CPU: ~0.4 s
-        a micro-batch.)"""
+        a micro-batch.) A model whose head is more than a plain Linear goes through its forward."""
         m, width = len(comps), max(len(c) for c in comps)
         pad = self.tok.pad_token_id
         comp = torch.tensor([c + [pad] * (width - len(c)) for c in comps], device=self.device)
@@ -319,13 +323,29 @@ class TorchBackend:
         )
         n = prefix.length
         last = torch.full((m, 1), last_token, device=self.device, dtype=comp.dtype)
-        logits = self.model(
-            input_ids=torch.cat([last, comp[:, :-1]], 1),
-            attention_mask=torch.cat([cmask.new_ones(m, n + 1), cmask[:, :-1]], 1),
-            position_ids=torch.arange(n, n + width, device=self.device).expand(m, -1),
-            **kv_cache(self.lm, prefix.cache(m)),
-        ).logits
-        return self._token_logps(logits, comp), cmask.float()
+        inputs = {
+            "input_ids": torch.cat([last, comp[:, :-1]], 1),
+            "attention_mask": torch.cat([cmask.new_ones(m, n + 1), cmask[:, :-1]], 1),
+            "position_ids": torch.arange(n, n + width, device=self.device).expand(m, -1),
+        }
+        head = self._plain_head()
+        if head is None:
+            logits = self.model(**inputs, **kv_cache(self.lm, prefix.cache(m))).logits
+            return self._token_logps(logits, comp), cmask.float()
+        decoder = self.lm.get_decoder()
+        hidden = decoder(**inputs, **kv_cache(decoder, prefix.cache(m))).last_hidden_state
+        where = cmask.bool()
+        logp = head_logps(hidden[where], head.weight, comp[where], self.cfg.temperature)
+        return logp.new_zeros(m, width).masked_scatter(where, logp), cmask.float()
+
+    def _plain_head(self) -> torch.nn.Linear | None:
+        """The LM head where the model's logits are just head(hidden) (no bias, softcap or scale
+        in its forward; frozen, LoRA off it): head_logps can stand in for it."""
+        head = self.lm.get_output_embeddings()
+        plain = getattr(self.model.config, "model_type", None) in _PLAIN_HEAD_MODELS
+        if plain and type(head) is torch.nn.Linear and head.bias is None:
+            return None if head.weight.requires_grad else head
+        return None
 
     def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
         """Logits in float32, divided by the sampling temperature (no copy at 1.0 in fp32)."""
@@ -333,8 +353,8 @@ class TorchBackend:
         return logits / self.cfg.temperature if self.cfg.temperature != 1.0 else logits
 
     def _token_logps(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """log p(target) per position: a selective log-softmax, one row at a time, so no
-        full-vocabulary copy of the logits is made for the whole micro-batch."""
+        """log p(target) per position from the model's logits: a selective log-softmax, one row
+        at a time (models without a plain head; tests/test_head_logps.py compares against it)."""
         rows = []
         for row_logits, row_targets in zip(logits, targets, strict=True):
             row_logits = self._scaled(row_logits)

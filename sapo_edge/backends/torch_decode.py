@@ -167,9 +167,10 @@ class _MergedLinear(nn.Module):
 class _LeanLora(nn.Module):
     """W x + scale * B (A x) with the adapter's own A and B (float32 in a bfloat16 model), peft's
     arithmetic without its per-call checks, dropout and adapter dispatch. Differentiable in A
-    and B: the train step runs it too, as one op where the dtypes agree (lora_fused.py). Measured
-    on a CPU with native bf16: tiny bfloat16 matmuls ([rows, 576] x [576, 16]) cost more than the
-    same in float32 plus the casts (1.5x at 32 rows, 3-4x at 1-8 rows)."""
+    and B: the train step runs it too, as one op (lora_fused.py; float32 A and B under a bfloat16
+    base included). Measured on a CPU with native bf16: tiny bfloat16 matmuls ([rows, 576] x
+    [576, 16]) cost more than the same in float32 plus the casts (1.5x at 32 rows, 3-4x at 1-8
+    rows)."""
 
     def __init__(self, base: nn.Linear, a: torch.Tensor, b: torch.Tensor, scale: float):
         super().__init__()
