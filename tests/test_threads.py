@@ -237,3 +237,23 @@ def test_the_torch_backend_drops_a_thread_mid_generation_when_a_busy_program_sta
     finally:
         cpu_threads._POLICY = None
         torch.set_num_threads(before)
+
+
+def test_a_pinned_process_policy_sets_torch_and_never_reads_the_load(monkeypatch) -> None:
+    import torch
+
+    from sapo_edge.backends import cpu_threads
+
+    def no_meter():
+        raise AssertionError("a pinned policy made a load meter")
+
+    monkeypatch.setattr(cpu_threads, "LoadMeter", no_meter)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before, said = torch.get_num_threads(), []
+    try:
+        policy = cpu_threads.cpu_threads(0, said.append, fresh=True)
+        assert policy.threads == 1 and not policy.adaptive and torch.get_num_threads() == 1
+        assert said == ["cpu threads: 1 (pinned by --threads or OMP_NUM_THREADS)"]
+    finally:
+        cpu_threads._POLICY = None
+        torch.set_num_threads(before)

@@ -23,6 +23,7 @@ def cpu_threads(setting: int, log: Callable[[str], None], fresh: bool = False) -
     if _POLICY is None or fresh:
         pinned = pinned_threads(setting)
         cores = max(1, min(usable_cores(), TORCH_DEFAULT))
+        sample = None  # a pinned count never reads the load
         if pinned is None:
             try:
                 sample = LoadMeter()
