@@ -31,10 +31,12 @@ from .nats_transport import is_nats_url
 from .peer import MAX_FRAME_BYTES, Closed, Outbox, read_raw
 from .peerbook import PeerBook, PeerStats
 from .protocol import Bye, ProtocolError, make_bye, parse_message
+from .resume import GapWatch
 from .roomkey import RoomKeys
 
 MAX_LAN_DIALS = 32  # dial loops for LAN adverts; a failing one makes room for a new advert
 MAX_CANDIDATES = 4  # addresses remembered per advertised node id
+RESUME_GAP_S = 3.0  # the loop stood still this long (asleep, stopped): re-dial at once
 # how long a peer's queue waits for a new link after one ends (a replaced or dropped link):
 # batches published meanwhile go on the next link instead of being lost
 HOLD_S = 15.0
@@ -135,6 +137,8 @@ class LinkLayer:
         self._outboxes: dict[str, Outbox] = {}  # key -> its queue, kept HOLD_S past a link
         self._link_up: dict[str, asyncio.Event] = {}  # set when a link for that key registers
         self._held: dict[str, asyncio.TimerHandle] = {}  # key -> when its idle queue is dropped
+        self._wake = asyncio.Event()  # set (and replaced) when the laptop wakes up
+        self.watch = GapWatch(tick=1.0)  # notices the laptop waking up (see _watch_resume)
         self._lan: set[str] = set()  # node ids that mDNS currently shows in our room
         self._dials: dict[str, asyncio.Task] = {}  # manual/relay target -> dial loop
         self._lan_dials: dict[str, _LanDial] = {}  # node id -> dial loop over its addresses
@@ -210,6 +214,7 @@ class LinkLayer:
             await site.start()
         self.port = site.bound_port
         self._trace("listening", port=self.port)
+        self._spawn(self._watch_resume())
         self._session = aiohttp.ClientSession()
         for target in self.manual:
             self._dial(target, "manual")
@@ -368,7 +373,16 @@ class LinkLayer:
 
     async def _backoff(self, failures: int) -> None:
         delay = min(self.reconnect_max, self.reconnect_base * 2 ** min(failures - 1, 16))
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        await self._nap(delay * random.uniform(0.5, 1.0))
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep, cut short when the laptop wakes up (_on_resume)."""
+        wake = self._wake
+        try:
+            async with asyncio.timeout(seconds):
+                await wake.wait()
+        except TimeoutError:
+            pass
 
     async def _wait_link(self, key: str) -> None:
         """After a link of ours ended: if the peer said it keeps another link to us (both sides
@@ -384,6 +398,31 @@ class LinkLayer:
         finally:
             if self._link_up.get(key) is ev and not ev.is_set():
                 del self._link_up[key]
+
+    # ----------------------------------------------------------------- waking up
+    async def _watch_resume(self) -> None:
+        """A laptop that slept (or a process that was stopped) finds its dialers in the middle
+        of a backoff that is counted in a clock that stood still, and its links dead on the
+        other side (it answered no pings). Once a second, compare the wall and monotonic clocks
+        with the last tick; after a gap, re-dial at once (_on_resume)."""
+        while True:
+            await asyncio.sleep(self.watch.tick)
+            gap = self.watch.gap()
+            if gap >= RESUME_GAP_S:
+                await self._on_resume(gap)
+
+    async def _on_resume(self, gap: float) -> None:
+        with self._lock:
+            self.counters["resumed"] += 1
+        self.log(f"woke up after {gap:.0f} s away: re-dialing peers now")
+        self._trace("resume", gap=round(gap, 1), links=len(self._links))
+        if gap > 1.5 * self.heartbeat:  # peers stopped hearing our pongs: those links are dead
+            for link in list(self._links.values()):
+                self._trace("close_stale", peer=link.key)
+                await link.ws.close()
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()  # every backoff in progress ends now
+        self._notify()
 
     async def _dial_once(self, target: str, via: str, expect_id: str) -> tuple[str, str]:
         """Connect, handshake and run one link to its end; the peer's node id ('' on failure)
