@@ -325,6 +325,7 @@ class LinkLayer:
             link = self._links.get(node_id)
             if link is not None:  # already linked (maybe they dialed us): wait until it drops
                 await link.closed.wait()
+                await asyncio.sleep(0)  # never spin on a link that is still being forgotten
                 continue
             await self._wait_unmuted(node_id)
             target = entry.candidates[0]
@@ -353,6 +354,7 @@ class LinkLayer:
             link = self._links.get(node_id) if node_id else None
             if link is not None:
                 await link.closed.wait()
+                await asyncio.sleep(0)
                 continue
             if node_id:
                 await self._wait_unmuted(node_id)
@@ -405,6 +407,7 @@ class LinkLayer:
         of a backoff that is counted in a clock that stood still, and its links dead on the
         other side (it answered no pings). Once a second, compare the wall and monotonic clocks
         with the last tick; after a gap, re-dial at once (_on_resume)."""
+        self.watch.reset()  # the time between making this node and starting it is no gap
         while True:
             await asyncio.sleep(self.watch.tick)
             gap = self.watch.gap()
@@ -448,7 +451,7 @@ class LinkLayer:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
             with self._lock:
                 self.counters["dial_failed"] += 1
-            self._trace("dial_failed", at=target, error=type(e).__name__)
+            self._trace("dial_failed", at=target, exc=type(e).__name__)
             self._notify()
             return "", ""
         try:
@@ -468,7 +471,7 @@ class LinkLayer:
             await ws.close()
             return "", ""
         except (ConnectionError, RuntimeError, aiohttp.ClientError) as e:
-            self._trace("handshake_failed", at=target, error=type(e).__name__)
+            self._trace("handshake_failed", at=target, exc=type(e).__name__)
             await ws.close()
             return "", ""
         peer_id = session.hello.node_id
@@ -521,7 +524,7 @@ class LinkLayer:
             self._note_handshake_failure(addr, e)
             return ws
         except (ConnectionError, RuntimeError) as e:
-            self._trace("handshake_failed", came_from=addr, error=type(e).__name__)
+            self._trace("handshake_failed", came_from=addr, exc=type(e).__name__)
             return ws
         self.guard.promote(request.transport)
         node_id = session.hello.node_id
@@ -601,6 +604,7 @@ class LinkLayer:
                 return None
             await self._retire(link)
             await self._read_link(link, st)
+            link.closed.set()
             return link
         with self._lock:
             self._links[key] = link
@@ -629,6 +633,7 @@ class LinkLayer:
                 self._trace("unlinked", peer=key, bye=link.bye)
                 if not relay:
                     self.log(f"peer {link.name} ({key[:8]}) disconnected")
+            link.closed.set()  # after it left _links: a dial loop waiting on it dials again
         return link
 
     async def _retire(self, link: Link) -> None:
@@ -660,7 +665,6 @@ class LinkLayer:
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
         finally:
-            link.closed.set()
             if link.deadline is not None:
                 link.deadline.cancel()
             try:

@@ -20,7 +20,11 @@ class GapWatch:
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tick, self.wall, self.mono = tick, wall, mono
-        self._w, self._m = wall(), mono()
+        self.reset()
+
+    def reset(self) -> None:
+        """Start counting from now."""
+        self._w, self._m = self.wall(), self.mono()
 
     def gap(self) -> float:
         w, m = self.wall(), self.mono()
