@@ -419,12 +419,15 @@ class LinkLayer:
             self.counters["resumed"] += 1
         self.log(f"woke up after {gap:.0f} s away: re-dialing peers now")
         self._trace("resume", gap=round(gap, 1), links=len(self._links))
-        if gap > 1.5 * self.heartbeat:  # peers stopped hearing our pongs: those links are dead
-            for link in list(self._links.values()):
-                self._trace("close_stale", peer=link.key)
-                await link.ws.close()
         wake, self._wake = self._wake, asyncio.Event()
         wake.set()  # every backoff in progress ends now
+        if gap > 1.5 * self.heartbeat:  # peers stopped hearing our pongs: those links are dead
+            stale = list(self._links.values())
+            for link in stale:
+                self._trace("close_stale", peer=link.key)
+            # at once: closing a dead link waits for the close timeout, one per peer in a row
+            # would keep a class's last peers waiting
+            await asyncio.gather(*(link.ws.close() for link in stale), return_exceptions=True)
         self._notify()
 
     async def _dial_once(self, target: str, via: str, expect_id: str) -> tuple[str, str]:
