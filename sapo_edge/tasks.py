@@ -13,6 +13,7 @@ import io
 import json
 import math
 import random
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -141,6 +142,35 @@ _EVAL_SCORER_MODULES = (
 _BUILD_LOCK = threading.Lock()  # some generators print (bf); stdout is swapped under this lock
 
 
+class _MutedFor(io.TextIOBase):
+    """sys.stdout while one thread builds a task: what that thread prints is dropped, what any
+    other thread prints (the network thread's "peer ... connected" lines) goes on to the real
+    stdout. A plain redirect to a StringIO swallowed those lines too: the namespace LAN test,
+    which reads them, then saw no mesh."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.thread = real, threading.get_ident()
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() == self.thread:
+            return len(text)
+        return self.real.write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() != self.thread:
+            self.real.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.real, "encoding", "utf-8")
+
+
 @functools.cache
 def _registry() -> dict[str, tuple[type, type]]:
     """reasoning-gym's {name: (dataset class, config class)}, imported on first use (~2 s)."""
@@ -240,7 +270,7 @@ def regenerate(ref: TaskRef) -> Task:
         )
     ds = _dataset(ref.dataset, _config_json(ref), ref.seed)
     try:
-        with _BUILD_LOCK, contextlib.redirect_stdout(io.StringIO()):
+        with _BUILD_LOCK, contextlib.redirect_stdout(_MutedFor(sys.stdout)):
             entry = ds[ref.index]
         question, answer = entry["question"], entry["answer"]
         if not isinstance(question, str):

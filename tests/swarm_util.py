@@ -11,6 +11,10 @@ from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.network import NetworkTransport
 from sapo_edge.tasks import TaskRef
 
+# the bound on a test's wait for an event: generous, since a wait ends as soon as the event
+# happens (a loaded machine only makes it take longer; a broken one fails after this)
+WAIT = 60.0
+
 FAST = dict(
     heartbeat=0.5,
     handshake_timeout=2.0,
@@ -89,7 +93,7 @@ class RelayThread:
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(5)
 
-    def wait_for(self, predicate: Any, timeout: float = 5.0) -> bool:
+    def wait_for(self, predicate: Any, timeout: float = WAIT) -> bool:
         import asyncio
 
         async def wait() -> bool:

@@ -34,10 +34,10 @@ def test_the_dialer_backs_off_exponentially_with_jitter(nodes, monkeypatch) -> N
     a = nodes(reconnect_base=1.0, reconnect_max=60.0)
     slept: list[float] = []
 
-    async def fake_sleep(s: float) -> None:
+    async def fake_nap(s: float) -> None:  # the backoff's wait (cut short by a wake-up)
         slept.append(s)
 
-    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    monkeypatch.setattr(a, "_nap", fake_nap)
 
     async def run() -> None:
         for failures in range(1, 11):

@@ -13,9 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import chaos_lan  # noqa: E402
 
-# outside `make test` (`make chaos` runs it): mDNS across namespaces failed 1 run in 4 on a quiet
-# machine (the mesh not formed in 150 s), cause not yet found
-pytestmark = [pytest.mark.slow, pytest.mark.netns]
+# outside `make test` (it needs root and takes 1-4 minutes): `make chaos-lan`, which CI runs. It
+# once failed 1 run in 4 (no mesh seen in 150 s): a lost log line, see docs/reliability.md;
+# bench/netns_repeat.py runs it N times
+# three node processes load torch and the model first: 19-129 s on a loaded 2-core machine
+pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(900)]
 
 
 def test_nodes_in_namespaces_find_each_other_partition_and_heal(tiny_qwen, tmp_path):

@@ -12,7 +12,7 @@ import time
 
 import aiohttp
 import pytest
-from swarm_util import RelayThread, batch_for, connect, envelope, keys_of, sealed
+from swarm_util import WAIT, RelayThread, batch_for, connect, envelope, keys_of, sealed
 
 from sapo_edge.swarm import handshake as hs
 from sapo_edge.swarm.batches import RolloutVerifier, make_rollouts, seal
@@ -188,7 +188,7 @@ def test_a_man_in_the_middle_cannot_pass_off_a_proof_as_his_own(nodes, insider) 
         )
         want = "bad_signature" if insider else "wrong_secret"
         assert m.outcome == f"B said {want}", m.outcome
-        assert b.wait_for(lambda: b.rejections("ip:127.0.0.1")[want] >= 1, 5)
+        assert b.wait_for(lambda: b.rejections("ip:127.0.0.1")[want] >= 1, WAIT)
         assert a.ident.node_id not in b.connected()  # B never took Mallory for A
         assert b.rejections(a.ident.node_id) == {} and not any(p.muted for p in b.peers())
     finally:
@@ -202,13 +202,13 @@ def test_relaying_a_whole_session_reads_nothing_and_junk_mutes_nobody(nodes) -> 
     port, stop, loop = _mallory_site(m)
     try:
         a = nodes(room="lab", secret=code, peers=[f"127.0.0.1:{port}"], reconnect_base=5)
-        assert a.wait_for(lambda: len(a.connected()) == 1, 5)  # the real A-B session, piped
+        assert a.wait_for(lambda: len(a.connected()) == 1, WAIT)  # the real A-B session, piped
         a.publish(batch_for(a.ident, 1))
         assert asyncio.run_coroutine_threadsafe(asyncio.wait_for(m.done.wait(), 15), loop).result(
             20
         )
         # the junk did not decrypt: the link was dropped and the address charged, never A
-        assert b.wait_for(lambda: b.rejections("ip:127.0.0.1")["bad_frame"] >= 1, 5)
+        assert b.wait_for(lambda: b.rejections("ip:127.0.0.1")["bad_frame"] >= 1, WAIT)
         assert b.rejections(a.ident.node_id) == {}
         assert not any(p.muted for p in b.peers())
         # Mallory saw ciphertext only: no question, answer or name crossed in the clear
@@ -254,7 +254,7 @@ def test_a_stranger_who_connects_gets_nothing_that_depends_on_the_room_key(nodes
     }  # no name, no model: those come only inside the authenticated link
     assert b"secret-model-name" not in hello and node.name.encode() not in hello
     assert [parse_message(f).reason for f in rest] == ["wrong_secret"]  # a bye, no proof
-    assert node.wait_for(lambda: node.rejections("ip:127.0.0.1") == {"wrong_secret": 1}, 5)
+    assert node.wait_for(lambda: node.rejections("ip:127.0.0.1") == {"wrong_secret": 1}, WAIT)
 
 
 def test_room_ids_reveal_nothing_of_the_name_and_passphrases_cost_scrypt(monkeypatch) -> None:
@@ -388,11 +388,11 @@ def test_a_member_racing_another_members_batch_id_does_not_drop_it(nodes) -> Non
         try:
             await c1.send_sealed(sealed(racer, batch_id=batch_id))  # first, with the same id
             assert await asyncio.to_thread(
-                node.wait_for, lambda: node.counters["delivered"] == 1, 5
+                node.wait_for, lambda: node.counters["delivered"] == 1, WAIT
             )
             await c2.send_sealed(sealed(honest, batch_id=batch_id))
             assert await asyncio.to_thread(
-                node.wait_for, lambda: node.counters["delivered"] == 2, 5
+                node.wait_for, lambda: node.counters["delivered"] == 2, WAIT
             )
         finally:
             await c1.close()
@@ -430,7 +430,7 @@ def test_huge_handshakes_are_cut_unparsed_while_an_honest_peer_joins(nodes, monk
     async def go() -> tuple[int, bool]:
         flood = asyncio.ensure_future(attack(42))
         honest = await connect(ws_url(node), Identity.generate())  # joins meanwhile
-        ok = await asyncio.to_thread(node.wait_for, lambda: len(node.connected()) == 1, 5)
+        ok = await asyncio.to_thread(node.wait_for, lambda: len(node.connected()) == 1, WAIT)
         await honest.close()
         return await flood, ok
 
@@ -451,7 +451,7 @@ def test_an_outsider_at_the_relay_reads_and_injects_nothing(relay_of, nodes) -> 
     b = nodes(room="lab", secret=code, relay=r.url)
     route = f"relay:{r.url}"
     for n in (a, b):
-        assert n.wait_for(lambda n=n: n.connected() == [route], 5)
+        assert n.wait_for(lambda n=n: n.connected() == [route], WAIT)
     stranger = dict(keys_of("lab", new_room_key()).__dict__)  # keys of no use here
 
     async def go() -> None:
@@ -464,7 +464,7 @@ def test_an_outsider_at_the_relay_reads_and_injects_nothing(relay_of, nodes) -> 
         )
         try:
             a.publish(batch_for(a.ident, 1))
-            assert await asyncio.to_thread(b.wait_for, lambda: b.counters["delivered"] == 1, 5)
+            assert await asyncio.to_thread(b.wait_for, lambda: b.counters["delivered"] == 1, WAIT)
             kind, box = await spy.recv()
             assert (
                 kind == KIND_SEALED
@@ -475,7 +475,7 @@ def test_an_outsider_at_the_relay_reads_and_injects_nothing(relay_of, nodes) -> 
                 RolloutVerifier(keys_of("lab", "a guessed passphrase")).open(box)
             await spy.send_sealed(sealed(Identity.generate(), keys_of("lab", new_room_key())))
             assert await asyncio.to_thread(
-                b.wait_for, lambda: b.rejections(route)["wrong_secret"] == 1, 5
+                b.wait_for, lambda: b.rejections(route)["wrong_secret"] == 1, WAIT
             )
             assert set(r.relay.rooms[keys.lan_id]) == {lurker_id.node_id}  # alone in there
             assert await lurker.recv(timeout=0.5) == Closed("timeout")  # it heard nothing
@@ -518,7 +518,7 @@ def test_bye_reasons_come_from_a_fixed_set(nodes, relay_of) -> None:
             await one(f"{r.url}/ws", i)
 
     asyncio.run(go())
-    assert node.wait_for(lambda: node.rejections("ip:127.0.0.1")["other"] == 150, 5)
+    assert node.wait_for(lambda: node.rejections("ip:127.0.0.1")["other"] == 150, WAIT)
     keys = {k.split(":", 1)[1] for k in node.counters if k.startswith("rejected:")}
     assert keys <= REASONS and len(keys) <= 2
     assert set(r.relay.stats()["rejected"]) <= REASONS
@@ -540,7 +540,7 @@ def test_peers_cannot_take_another_nodes_name(nodes) -> None:
     a = nodes(name="teacher", peers=[f"127.0.0.1:{node.port}"])
     b = nodes(name="anna", peers=[f"127.0.0.1:{node.port}"])
     c = nodes(name="anna", peers=[f"127.0.0.1:{node.port}"])
-    assert node.wait_for(lambda: len(node.connected()) == 3, 5)
+    assert node.wait_for(lambda: len(node.connected()) == 3, WAIT)
     shown = {p.node_id: p.name for p in node.peers()}
     assert shown[a.ident.node_id] == f"teacher#{a.ident.node_id[:6]}"
     assert shown[b.ident.node_id] == f"anna#{b.ident.node_id[:6]}"
@@ -590,7 +590,7 @@ def test_a_listener_answering_a_dial_with_a_huge_hello_is_refused_unparsed(nodes
     port, stop, _loop = _mallory_site(fake)  # serves any object's .serve on /ws
     try:
         a = nodes(peers=[f"127.0.0.1:{port}"], reconnect_base=5, reconnect_max=5)
-        assert a.wait_for(lambda: a.rejections("ip:127.0.0.1")["too_large"] >= 1, 5)
+        assert a.wait_for(lambda: a.rejections("ip:127.0.0.1")["too_large"] >= 1, WAIT)
         assert a.connected() == [] and all(n <= MAX_HANDSHAKE_BYTES for n in parsed)
     finally:
         stop()

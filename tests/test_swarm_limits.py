@@ -11,7 +11,7 @@ import socket
 import threading
 
 import pytest
-from swarm_util import KEYS, RelayThread, batch_for, connect, sealed
+from swarm_util import KEYS, WAIT, RelayThread, batch_for, connect, sealed
 
 from sapo_edge.rollout import RolloutGroup, encode_batch
 from sapo_edge.sampling import ExternalPool
@@ -67,11 +67,11 @@ def test_a_thousand_idle_connections_do_not_keep_an_honest_peer_out(nodes) -> No
     logs: list[str] = []
     a = nodes(log=logs.append)
     idle = _open_idle(
-        a.port, n, lambda k: a.wait_for(lambda: a.guard.counters["accepted"] >= k, 10)
+        a.port, n, lambda k: a.wait_for(lambda: a.guard.counters["accepted"] >= k, WAIT)
     )
     try:
         b = nodes(peers=[f"127.0.0.1:{a.port}"])  # the honest peer, from 127.0.0.1
-        assert a.wait_for(lambda: b.ident.node_id in a.connected(), 10), a.guard.counters
+        assert a.wait_for(lambda: b.ident.node_id in a.connected(), WAIT), a.guard.counters
         stats, counted = a.guard.stats(), a.guard.counters
         assert stats["pending"] <= a.guard.limits.pending_total
         assert stats["connections"] <= a.guard.limits.pending_total + 1
@@ -87,15 +87,15 @@ def test_a_thousand_idle_connections_do_not_keep_a_node_off_the_relay(nodes) -> 
     try:
         n = _idle_budget(1000)
         idle = _open_idle(
-            r.port, n, lambda k: r.wait_for(lambda: r.relay.guard.counters["accepted"] >= k, 10)
+            r.port, n, lambda k: r.wait_for(lambda: r.relay.guard.counters["accepted"] >= k, WAIT)
         )
         try:
             a, b = nodes(relay=r.url), nodes(relay=r.url)
-            assert r.wait_for(lambda: r.relay.stats()["nodes"] == 2, 10)
+            assert r.wait_for(lambda: r.relay.stats()["nodes"] == 2, WAIT)
             # the relay counting a is not a's link being up: a batch published before goes nowhere
-            assert a.wait_for(lambda: f"relay:{r.url}" in a.connected(), 10)
+            assert a.wait_for(lambda: f"relay:{r.url}" in a.connected(), WAIT)
             a.publish(batch_for(a.ident, 1))
-            assert b.wait_for(lambda: b.counters["delivered"] == 1, 30)
+            assert b.wait_for(lambda: b.counters["delivered"] == 1, WAIT)
             assert r.relay.guard.stats()["pending"] <= r.relay.limits.pending_total
             assert r.relay.guard.counters["evicted"] >= n // 2
         finally:

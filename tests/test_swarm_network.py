@@ -11,6 +11,7 @@ import time
 
 from swarm_util import (
     KEYS,
+    WAIT,
     Client,
     batch_for,
     connect,
@@ -214,9 +215,9 @@ def test_a_flood_of_valid_batches_is_rate_limited_and_crowds_out_no_one(nodes) -
                 await c1.send_sealed(sealed(flooder, start=2 * i))
             await c2.send_sealed(sealed(polite))
             done = lambda: node.rejections(flooder.node_id)["rate_limited"] == 15  # noqa: E731
-            assert await asyncio.to_thread(node.wait_for, done, 5)
+            assert await asyncio.to_thread(node.wait_for, done, WAIT)
             assert await asyncio.to_thread(
-                node.wait_for, lambda: node.counters["delivered"] == 6, 5
+                node.wait_for, lambda: node.counters["delivered"] == 6, WAIT
             )
         finally:
             await c1.close()

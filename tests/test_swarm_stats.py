@@ -12,7 +12,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from swarm_util import KEYS, RelayThread, connect, keys_of
+from swarm_util import KEYS, WAIT, RelayThread, connect, keys_of
 
 from sapo_edge.swarm.batches import BatchRejected, seal
 from sapo_edge.swarm.identity import Identity
@@ -215,7 +215,7 @@ def test_a_member_flooding_stats_is_rate_limited_and_its_signed_lies_are_its_own
         got = []
         node.on_stats = got.append
         flooder = Identity.generate()
-        assert node.wait_for(lambda: f"relay:{r.url}" in node.connected(), 5)
+        assert node.wait_for(lambda: f"relay:{r.url}" in node.connected(), WAIT)
 
         async def go() -> None:
             c = await connect(r.url, flooder, KEYS, relay=True)
@@ -227,7 +227,7 @@ def test_a_member_flooding_stats_is_rate_limited_and_its_signed_lies_are_its_own
                 await asyncio.to_thread(
                     node.wait_for,
                     lambda: node.rejections(f"relay:{r.url}")["wrong_secret"] == 1,
-                    30,  # 131 signed messages to check: 5 s was too short on a loaded machine
+                    WAIT,  # 131 signed messages to check: 5 s was too short on a loaded machine
                 )
                 await c.close()
 

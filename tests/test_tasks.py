@@ -264,3 +264,38 @@ def test_sampler_accepts_only_its_own_domains_and_configs() -> None:
         TaskRef.make("basic_arithmetic", {**ONE_DIGIT_ADD, "max_digits": 9}, 0, 0)
     )
     assert not sampler.accepts(TaskRef.make("bf", None, 0, 0))
+
+
+def test_another_threads_prints_survive_a_task_being_built(monkeypatch, capsys) -> None:
+    """Building a task hides what the generator prints, and only that: a line the network
+    thread prints meanwhile ("peer ... connected") reaches stdout (a redirect of the whole
+    process's stdout lost it, and the namespace LAN test, which reads those lines, saw no mesh)."""
+    import threading
+
+    from sapo_edge import tasks as tasks_mod
+
+    building, printed = threading.Event(), threading.Event()
+    real = tasks_mod._dataset("basic_arithmetic", "{}", 7)
+
+    class Noisy:
+        def __getitem__(self, i):
+            print("noise from the generator")
+            building.set()
+            assert printed.wait(30)  # the other thread prints while this one builds
+            return real[i]
+
+    monkeypatch.setattr(tasks_mod, "_dataset", lambda *a: Noisy())
+
+    def network_thread() -> None:
+        assert building.wait(30)
+        print("peer n2 (e74fb902) connected via lan")
+        printed.set()
+
+    t = threading.Thread(target=network_thread)
+    t.start()
+    task = tasks_mod.regenerate(tasks_mod.TaskRef.make("basic_arithmetic", {}, seed=7, index=0))
+    t.join(30)
+    out = capsys.readouterr().out
+    assert task.question
+    assert "peer n2 (e74fb902) connected via lan" in out
+    assert "noise from the generator" not in out

@@ -110,15 +110,21 @@ def test_s_saves_a_checkpoint_at_once_and_p_again_resumes(tiny_qwen, tmp_path):
 
     class Watched(SapoDashboard):
         def on_round_done(self, m) -> None:
+            super().on_round_done(m)  # rounds_done counts it before the event says so
+            m.prevent_default()
             self.round_event.set()
 
     control = RunControl()
     app = Watched(tiny_cfg(tiny_qwen, tmp_path, rounds=50), control=control)
     ckpts = tmp_path / "node" / "checkpoints"
 
-    async def next_round() -> None:
-        app.round_event.clear()
-        await asyncio.wait_for(app.round_event.wait(), BOUND)
+    async def a_round_after(n: int) -> None:
+        """Until a round after the n-th is done: one that ended while `p` was still being
+        pressed counts too (clearing the event after the press lost it, and the wait then
+        needed one more round, which never came once the tiny run had done all of them)."""
+        while app.rounds_done <= n:
+            app.round_event.clear()
+            await asyncio.wait_for(app.round_event.wait(), BOUND)
 
     async def drive():
         app.round_event = asyncio.Event()
@@ -138,7 +144,7 @@ def test_s_saves_a_checkpoint_at_once_and_p_again_resumes(tiny_qwen, tmp_path):
             assert saved.exists()
             assert control.paused and app.rounds_done == done == len(_metrics(tmp_path))
             await pilot.press("p")  # resume
-            await next_round()
+            await a_round_after(done)
             assert not control.paused and app.query_one(NodeHeader).state != "paused"
             assert app.rounds_done > done  # training goes on (tiny rounds: maybe several)
             await pilot.press("q")

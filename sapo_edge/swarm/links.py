@@ -7,6 +7,8 @@ each authenticated link until it closes. What arrives in sealed frames is handed
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import random
 import threading
 import time
@@ -29,10 +31,23 @@ from .nats_transport import is_nats_url
 from .peer import MAX_FRAME_BYTES, Closed, Outbox, read_raw
 from .peerbook import PeerBook, PeerStats
 from .protocol import Bye, ProtocolError, make_bye, parse_message
+from .resume import GapWatch
 from .roomkey import RoomKeys
 
 MAX_LAN_DIALS = 32  # dial loops for LAN adverts; a failing one makes room for a new advert
 MAX_CANDIDATES = 4  # addresses remembered per advertised node id
+RESUME_GAP_S = 3.0  # the loop stood still this long (asleep, stopped): re-dial at once
+# how long a peer's queue waits for a new link after one ends (a replaced or dropped link):
+# batches published meanwhile go on the next link instead of being lost
+HOLD_S = 15.0
+
+# `SAPO_EDGE_NET_DEBUG=1`: every dial, advert, handshake and link decision, in order, on stderr
+trace_log = logging.getLogger("sapo_edge.swarm.links")
+if os.environ.get("SAPO_EDGE_NET_DEBUG") and not trace_log.handlers:
+    _h = logging.StreamHandler()
+    _h.setFormatter(logging.Formatter("%(asctime)s net-debug %(message)s"))
+    trace_log.addHandler(_h)
+    trace_log.setLevel(logging.DEBUG)
 
 
 @dataclass
@@ -43,8 +58,11 @@ class Link:
     dialer: str  # node id of the side that opened the connection
     ws: Any
     addr: str  # "ip:ADDR": where frames that fail authentication are charged
-    outbox: Outbox
+    outbox: Outbox  # the peer's queue: sends on this link while it is the registered one
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    retiring: bool = False  # we said "duplicate_connection" on it: read it until the peer does
+    bye: str = ""  # the reason of the peer's goodbye, once read
+    deadline: asyncio.Task | None = None  # closes a retiring link whose peer does not answer
 
     @property
     def node_id(self) -> str:
@@ -117,6 +135,11 @@ class LinkLayer:
         )
         self._stats = self.book.stats  # key -> PeerStats, guarded by self._lock
         self._links: dict[str, Link] = {}
+        self._outboxes: dict[str, Outbox] = {}  # key -> its queue, kept HOLD_S past a link
+        self._link_up: dict[str, asyncio.Event] = {}  # set when a link for that key registers
+        self._held: dict[str, asyncio.TimerHandle] = {}  # key -> when its idle queue is dropped
+        self._wake = asyncio.Event()  # set (and replaced) when the laptop wakes up
+        self.watch = GapWatch(tick=1.0)  # notices the laptop waking up (see _watch_resume)
         self._lan: set[str] = set()  # node ids that mDNS currently shows in our room
         self._dials: dict[str, asyncio.Task] = {}  # manual/relay target -> dial loop
         self._lan_dials: dict[str, _LanDial] = {}  # node id -> dial loop over its addresses
@@ -195,6 +218,8 @@ class LinkLayer:
             site = GuardedSite(self._runner, host, 0, self.guard)
             await site.start()
         self.port = site.bound_port
+        self._trace("listening", port=self.port)
+        self._spawn(self._watch_resume())
         self._session = aiohttp.ClientSession()
         for target in self.manual:
             self._dial(target, "manual")
@@ -231,6 +256,8 @@ class LinkLayer:
             t.cancel()
         for d in self._lan_dials.values():
             self._cancel(d)
+        for timer in self._held.values():
+            timer.cancel()
         if self._discovery is not None:
             await self._discovery.close()
         for link in list(self._links.values()):
@@ -239,6 +266,8 @@ class LinkLayer:
             except (ConnectionError, RuntimeError, aiohttp.ClientError):
                 pass
             await link.ws.close()
+        for outbox in self._outboxes.values():
+            outbox.close()
         if self._session:
             await self._session.close()
         if self._runner:
@@ -256,6 +285,7 @@ class LinkLayer:
         if node_id == self.ident.node_id:
             return
         target = f"{host}:{port}"
+        self._trace("advert", peer=node_id, at=target, linked=node_id in self._links)
         with self._lock:
             self._lan.add(node_id)
         link = self._links.get(node_id)
@@ -286,6 +316,7 @@ class LinkLayer:
         not end the dial loop at once: the loop stops the next time a dial fails. A peer that
         really left is forgotten after one refused dial; a live one spoofed away is redialed
         when its link drops, as before."""
+        self._trace("advert_gone", peer=node_id)
         dial = self._lan_dials.get(node_id)
         if dial is not None:
             dial.said_goodbye = True
@@ -305,11 +336,15 @@ class LinkLayer:
             link = self._links.get(node_id)
             if link is not None:  # already linked (maybe they dialed us): wait until it drops
                 await link.closed.wait()
+                await asyncio.sleep(0)  # never spin on a link that is still being forgotten
                 continue
             await self._wait_unmuted(node_id)
             target = entry.candidates[0]
-            if await self._dial_once(target, "lan", node_id):
+            peer, bye = await self._dial_once(target, "lan", node_id)
+            if peer:
                 entry.failures = 0
+                if bye == "duplicate_connection":
+                    await self._wait_link(node_id)
                 continue
             entry.failures += 1
             if entry.said_goodbye:  # it said goodbye and does not answer: it left
@@ -335,13 +370,16 @@ class LinkLayer:
             link = self._links.get(node_id) if node_id else None
             if link is not None:
                 await link.closed.wait()
+                await asyncio.sleep(0)
                 continue
             if node_id:
                 await self._wait_unmuted(node_id)
-            got = await self._dial_once(target, via, "")
+            got, bye = await self._dial_once(target, via, "")
             if got:
                 failures = 0
                 node_id = got if via != "relay" else ""
+                if node_id and bye == "duplicate_connection":
+                    await self._wait_link(node_id)
             else:
                 failures += 1
             await self._backoff(max(failures, 1))
@@ -353,11 +391,66 @@ class LinkLayer:
 
     async def _backoff(self, failures: int) -> None:
         delay = min(self.reconnect_max, self.reconnect_base * 2 ** min(failures - 1, 16))
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        await self._nap(delay * random.uniform(0.5, 1.0))
 
-    async def _dial_once(self, target: str, via: str, expect_id: str) -> str:
-        """Connect, handshake and run one link to its end; the peer's node id ('' on failure).
+    async def _nap(self, seconds: float) -> None:
+        """Sleep, cut short when the laptop wakes up (_on_resume)."""
+        wake = self._wake
+        try:
+            async with asyncio.timeout(seconds):
+                await wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _wait_link(self, key: str) -> None:
+        """After a link of ours ended: if the peer said it keeps another link to us (both sides
+        dialed at once), wait until that one registers here before dialing again (bounded)."""
+        if key in self._links:
+            return
+        ev = self._link_up.setdefault(key, asyncio.Event())
+        try:
+            async with asyncio.timeout(self.handshake_timeout):
+                await ev.wait()
+        except TimeoutError:
+            pass
+        finally:
+            if self._link_up.get(key) is ev and not ev.is_set():
+                del self._link_up[key]
+
+    # ----------------------------------------------------------------- waking up
+    async def _watch_resume(self) -> None:
+        """A laptop that slept (or a process that was stopped) finds its dialers in the middle
+        of a backoff that is counted in a clock that stood still, and its links dead on the
+        other side (it answered no pings). Once a second, compare the wall and monotonic clocks
+        with the last tick; after a gap, re-dial at once (_on_resume)."""
+        self.watch.reset()  # the time between making this node and starting it is no gap
+        while True:
+            await asyncio.sleep(self.watch.tick)
+            gap = self.watch.gap()
+            if gap >= RESUME_GAP_S:
+                await self._on_resume(gap)
+
+    async def _on_resume(self, gap: float) -> None:
+        with self._lock:
+            self.counters["resumed"] += 1
+        self.log(f"woke up after {gap:.0f} s away: re-dialing peers now")
+        self._trace("resume", gap=round(gap, 1), links=len(self._links))
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()  # every backoff in progress ends now
+        if gap > 1.5 * self.heartbeat:  # peers stopped hearing our pongs: those links are dead
+            stale = list(self._links.values())
+            for link in stale:
+                self._trace("close_stale", peer=link.key)
+            # at once: closing a dead link waits for the close timeout, one per peer in a row
+            # would keep a class's last peers waiting
+            await asyncio.gather(*(link.ws.close() for link in stale), return_exceptions=True)
+        self._notify()
+
+    async def _dial_once(self, target: str, via: str, expect_id: str) -> tuple[str, str]:
+        """Connect, handshake and run one link to its end; the peer's node id ('' on failure)
+        and the reason of its goodbye ('' when it said none).
         Every step has a deadline: an address that accepts and then stalls costs seconds."""
+        self._trace("dial", at=target, via=via, expect=expect_id)
         url = target if "://" in target else f"ws://{target}"
         if not url.rstrip("/").endswith("/ws"):
             url = url.rstrip("/") + "/ws"
@@ -374,8 +467,12 @@ class LinkLayer:
                     compress=0,
                     timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
                 )
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-            return ""
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+            with self._lock:
+                self.counters["dial_failed"] += 1
+            self._trace("dial_failed", at=target, exc=type(e).__name__)
+            self._notify()
+            return "", ""
         try:
             session = await run_handshake(
                 ws,
@@ -388,20 +485,22 @@ class LinkLayer:
                 info=self._info(),
             )
         except HandshakeError as e:
+            self._trace("handshake_failed", at=target, reason=e.reason)
             self._note_handshake_failure(addr, e)
             await ws.close()
-            return ""
-        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            return "", ""
+        except (ConnectionError, RuntimeError, aiohttp.ClientError) as e:
+            self._trace("handshake_failed", at=target, exc=type(e).__name__)
             await ws.close()
-            return ""
+            return "", ""
         peer_id = session.hello.node_id
         if expect_id and peer_id != expect_id:  # the advert lied about whose address this is
             self._reject(addr, "wrong_node")
             await _bye(session, ws, "wrong_node", "you are not the node advertised here.")
-            return ""
+            return "", ""
         key = f"relay:{target}" if relay else peer_id
-        await self._run_link(ws, session, via, key, dialer=self.ident.node_id, addr=addr)
-        return peer_id
+        link = await self._run_link(ws, session, via, key, dialer=self.ident.node_id, addr=addr)
+        return peer_id, link.bye if link is not None else ""
 
     def _info(self) -> LocalInfo:
         return LocalInfo(self.name, self.model, self.backend)
@@ -440,9 +539,11 @@ class LinkLayer:
                 info=self._info(),
             )
         except HandshakeError as e:
+            self._trace("handshake_failed", came_from=addr, reason=e.reason)
             self._note_handshake_failure(addr, e)
             return ws
-        except (ConnectionError, RuntimeError):
+        except (ConnectionError, RuntimeError) as e:
+            self._trace("handshake_failed", came_from=addr, exc=type(e).__name__)
             return ws
         if not self.guard.promote(request.transport):  # its address holds its ceiling
             await _bye(session, ws, "busy", "too many links from this address.")
@@ -454,48 +555,141 @@ class LinkLayer:
         return ws
 
     # ----------------------------------------------------------------- one link
+    def _queue_all(self, kind: int, data: bytes) -> None:
+        """Queue a frame for every peer: linked ones, and ones whose link ended less than
+        HOLD_S ago (it goes on their next link)."""
+        for outbox in self._outboxes.values():
+            outbox.put(kind, data)
+
+    def _outbox(self, key: str) -> Outbox:
+        outbox = self._outboxes.get(key)
+        if outbox is None:
+            outbox = self._outboxes[key] = Outbox(None, None, self.queue_limit)
+        return outbox
+
+    def _hold(self, key: str, outbox: Outbox) -> None:
+        """The key's link ended: keep its queue HOLD_S for the next link (not a relay's: what
+        the relay misses while it is down is not sent twice), then let it go."""
+        if key.startswith("relay:"):
+            self._drop_outbox(key, outbox)
+            return
+        if (timer := self._held.pop(key, None)) is not None:
+            timer.cancel()
+        self._held[key] = asyncio.get_running_loop().call_later(HOLD_S, self._expire, key, outbox)
+
+    def _expire(self, key: str, outbox: Outbox) -> None:
+        self._held.pop(key, None)
+        if outbox.owner is None and key not in self._links:
+            self._drop_outbox(key, outbox)
+
+    def _drop_outbox(self, key: str, outbox: Outbox) -> None:
+        if self._outboxes.get(key) is outbox:
+            del self._outboxes[key]
+        outbox.close()
+
     async def _run_link(
         self, ws, session: Session, via: str, key: str, dialer: str, addr: str
-    ) -> None:
-        """Register an authenticated link, read it until it closes, then forget it."""
+    ) -> Link | None:
+        """Register an authenticated link, read it until it closes, then forget it.
+
+        Two links with one peer (both dialed at once): both sides keep the one dialed by the
+        smaller node id (or, when one node dialed both, its newer one: it gave up the older).
+        The other is retired without losing a frame: the peer's queue moves to the kept link
+        first, then we say "duplicate_connection" on the retired one as our last frame on it,
+        and read it until the peer says the same (or a deadline), delivering what it sent."""
         relay = key.startswith("relay:")
         st = self.book.stat(key, None if relay else session.auth, via, node_id=key)
         if not relay and st.muted_until > time.time():
             await _bye(session, ws, "muted", "too many rejected messages; try later.")
-            return
+            return None
         old = self._links.get(key)
+        keep_new = True
         if old is not None:
-            keep_new = dialer == min(self.ident.node_id, session.hello.node_id)
-            if not keep_new or old.dialer == dialer:
-                await _bye(session, ws, "duplicate_connection", "already connected.")
-                return
-            await old.ws.close()
-        outbox = Outbox(session.channel.send, lambda: ws.closed, self.queue_limit)
+            if relay:
+                keep_new = False
+            elif old.dialer != dialer:
+                keep_new = dialer == min(self.ident.node_id, session.hello.node_id)
+        self._trace(
+            "link",
+            peer=key,
+            dialer=dialer,
+            via=via,
+            had=old.dialer if old is not None else "",
+            keep=keep_new,
+        )
+        outbox = self._outbox(key)
         link = Link(key, session, via, dialer, ws, addr, outbox)
+        if not keep_new:
+            if relay:
+                await _bye(session, ws, "duplicate_connection", "already connected.")
+                return None
+            await self._retire(link)
+            await self._read_link(link, st)
+            link.closed.set()
+            return link
         with self._lock:
             self._links[key] = link
             st.connected, st.last_seen = True, time.time()
+        if old is not None:
+            await outbox.detach()  # no frame of ours is on its way on the old link now
+        outbox.attach(session.channel.send, lambda: ws.closed, link)
+        if (ev := self._link_up.pop(key, None)) is not None:
+            ev.set()
         self._notify()
         if not relay:
             self.log(f"peer {link.name} ({key[:8]}) connected via {via}")
+        if old is not None:
+            await self._retire(old)
         try:
-            while not ws.closed:
+            await self._read_link(link, st)
+        finally:
+            if outbox.owner is link:
+                await outbox.detach()
+            if self._links.get(key) is link:
+                with self._lock:
+                    del self._links[key]
+                    st.connected = False
+                self._hold(key, outbox)
+                self._notify()
+                self._trace("unlinked", peer=key, bye=link.bye)
+                if not relay:
+                    self.log(f"peer {link.name} ({key[:8]}) disconnected")
+            link.closed.set()  # after it left _links: a dial loop waiting on it dials again
+        return link
+
+    async def _retire(self, link: Link) -> None:
+        """Say "duplicate_connection" on a link we stop sending on (our last frame on it), and
+        close it if the peer does not say the same within the handshake timeout."""
+        if link.retiring:
+            return
+        link.retiring = True
+        with self._lock:
+            self.counters["links_retired"] += 1
+        self._trace("retire", peer=link.key, dialer=link.dialer)
+        try:
+            await link.send(KIND_MESSAGE, make_bye("duplicate_connection", "already connected."))
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            await link.ws.close()
+            return
+
+        async def deadline() -> None:
+            await asyncio.sleep(self.handshake_timeout)
+            await link.ws.close()
+
+        link.deadline = self._spawn(deadline())
+
+    async def _read_link(self, link: Link, st: PeerStats) -> None:
+        try:
+            while not link.ws.closed:
                 if await self._read_frame(link, st):
                     break
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
         finally:
-            outbox.close()
-            link.closed.set()
-            if self._links.get(key) is link:
-                with self._lock:
-                    del self._links[key]
-                    st.connected = False
-                self._notify()
-                if not relay:
-                    self.log(f"peer {link.name} ({key[:8]}) disconnected")
+            if link.deadline is not None:
+                link.deadline.cancel()
             try:
-                await ws.close()
+                await link.ws.close()
             except (ConnectionError, RuntimeError, aiohttp.ClientError):
                 pass  # already gone
 
@@ -530,8 +724,15 @@ class LinkLayer:
         except ProtocolError as e:
             return await self._refuse(link, e.reason)
         if isinstance(msg, Bye):
+            link.bye = msg.reason
             if msg.reason == "same_identity":
                 self.log(f"peer {link.name}: {clean(msg.message, 300)}")
+            if msg.reason == "duplicate_connection" and not link.retiring:
+                # the peer keeps another link to us: our queue waits for it (HOLD_S); our own
+                # goodbye, after our last frame here, lets the peer stop reading this one
+                if link.outbox.owner is link:
+                    await link.outbox.detach()
+                await self._retire(link)
             return True
         return await self._refuse(link, "unexpected_message")
 
@@ -547,6 +748,16 @@ class LinkLayer:
 
     def _reject(self, key: str, reason: str) -> bool:
         return self.book.reject(key, reason)
+
+    def _trace(self, event: str, **fields: Any) -> None:
+        """One line per link event at debug level (SAPO_EDGE_NET_DEBUG=1 prints them)."""
+        if trace_log.isEnabledFor(logging.DEBUG):
+            me = self.ident.node_id[:8]
+            text = " ".join(
+                f"{k}={v[:8] if isinstance(v, str) and len(v) == 32 else v}"
+                for k, v in fields.items()
+            )
+            trace_log.debug("%s %s %s", me, event, clean(text, 400))
 
 
 async def _bye(session: Session, ws, reason: str, message: str) -> None:

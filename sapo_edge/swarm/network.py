@@ -246,8 +246,7 @@ class NetworkTransport(StatsChannel, LinkLayer):
 
     def _broadcast(self, sealed: bytes, batch_id: str) -> None:
         self.verifier.remember(self.ident.node_id, batch_id, "self")  # our echo is not news
-        for link in self._links.values():
-            link.outbox.put(KIND_SEALED, sealed)
+        self._queue_all(KIND_SEALED, sealed)
         if self.nats is not None:
             self.nats.publish(sealed)
         with self._lock:

@@ -53,16 +53,25 @@ async def read_raw(ws: WS, timeout: float | None = None) -> bytes | str | Closed
 class Outbox:
     """A bounded queue of frames for one link, sent by its own task through `send(kind, data)`:
     a slow peer only loses its oldest frames (counted in `dropped`), it never blocks the sender.
-    Bounded by count and by bytes (the frames themselves are shared between links)."""
+    Bounded by count and by bytes (the frames themselves are shared between links).
 
-    def __init__(self, send: Any, closed: Any, limit: int, max_bytes: int = 32 << 20) -> None:
-        self._send, self._closed = send, closed  # async send(kind, data); closed() -> bool
+    The queue can outlive a link: detach() stops sending (waiting for a frame already being
+    sent, so nothing goes on the old link after it returns) and attach() points it at another
+    link, which then gets what was queued meanwhile. A link that is replaced (two nodes that
+    dialed each other at once) or drops for a moment loses nothing queued for its peer."""
+
+    def __init__(
+        self, send: Any = None, closed: Any = None, limit: int = 64, max_bytes: int = 32 << 20
+    ) -> None:
+        self._send, self._closed = send, closed or (lambda: False)  # async send(kind, data)
         self.limit, self.max_bytes = limit, max_bytes
         self.queue: deque[tuple[int, bytes]] = deque()
         self.bytes = 0
         self.dropped = 0
         self.sent = 0
+        self.owner: Any = None  # the link it sends on now (links.py), None while detached
         self._ready = asyncio.Event()
+        self._sending = asyncio.Lock()
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     def put(self, kind: int, data: bytes) -> None:
@@ -73,18 +82,35 @@ class Outbox:
             self.dropped += 1
         self._ready.set()
 
+    def attach(self, send: Any, closed: Any, owner: Any = None) -> None:
+        """Send on another link from now on (what is queued goes first)."""
+        self._send, self._closed, self.owner = send, closed, owner
+        self._ready.set()
+
+    async def detach(self) -> None:
+        """Stop sending; returns once no frame is on its way on the current link."""
+        async with self._sending:
+            self._send, self.owner = None, None
+
     async def _run(self) -> None:
-        try:
-            while not self._closed():
-                await self._ready.wait()
-                self._ready.clear()
-                while self.queue and not self._closed():
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self.queue and self._send is not None and not self._closed():
+                async with self._sending:
+                    send = self._send
+                    if send is None or self._closed() or not self.queue:
+                        break
                     kind, data = self.queue.popleft()
                     self.bytes -= len(data)
-                    await self._send(kind, data)
+                    try:
+                        await send(kind, data)
+                    except (ConnectionError, RuntimeError, aiohttp.ClientError):
+                        # the reader notices the closed socket and cleans up; the frame was
+                        # maybe sent, so it is not sent again (a receiver counts a repeat)
+                        self._send, self.owner = None, None
+                        break
                     self.sent += 1
-        except (ConnectionError, RuntimeError, aiohttp.ClientError):
-            pass  # the reader notices the closed socket and cleans up
 
     def close(self) -> None:
         self.task.cancel()

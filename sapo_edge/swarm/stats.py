@@ -431,6 +431,7 @@ class StatsChannel:
     log: Callable[[str], None]
     _links: dict
     _lock: Any
+    _queue_all: Callable[[int, bytes], None]
     _loop: Any
 
     @property
@@ -499,8 +500,7 @@ class StatsChannel:
 
     def _broadcast_stats(self, sealed: bytes, stats_id: str) -> None:
         self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
-        for link in self._links.values():
-            link.outbox.put(KIND_SEALED, sealed)
+        self._queue_all(KIND_SEALED, sealed)
         if getattr(self, "nats", None) is not None:  # to whoever hosts a class view
             self.nats.publish(sealed, subject=self.nats.stats_subject)
         with self._lock:
