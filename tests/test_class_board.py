@@ -201,3 +201,19 @@ def test_a_class_of_256_costs_a_snapshot_only_what_changed_and_the_matrix_is_bou
     assert board.row_builds == 257 and board._exchange[1] is given
     assert {row.state for row in snap.members} == {"round 9 · generating 50%"}
     assert len(board.snapshot(matrix_members=None).matrix_ids) == 256  # the report: everyone
+
+
+def test_the_save_after_the_last_round_reads_done_not_saving() -> None:
+    """A member whose run is over said 'round 9 · saving' for good (the real class check)."""
+    from types import SimpleNamespace
+
+    from sapo_edge.classroom.member import ClassMember
+
+    said = []
+    member = ClassMember(SimpleNamespace(on_phase=lambda *_a: None), None, progress=said.append)
+    node = SimpleNamespace(round=4, cfg=SimpleNamespace(rounds=8), node_id="n", name="ann")
+    member.on_phase(node, "saving")  # a checkpoint mid-run
+    node.round = 8
+    member.on_phase(node, "saving")  # the save after the last round
+    assert [p.phase for p in said] == ["saving", "done"]
+    assert said[-1].describe() == "done after 8 rounds"

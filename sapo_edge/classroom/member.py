@@ -96,11 +96,13 @@ class ClassMember:
             return
         now = time.monotonic()
         round_ = int(getattr(node, "round", 0))
+        cfg = getattr(node, "cfg", None)
+        if phase == "saving" and round_ >= int(getattr(cfg, "rounds", round_ + 1)):
+            phase = "done"  # the save after the last round: the run is over, not saving on
         last_phase, last_round, last_at = self._said
         if (phase, round_) == (last_phase, last_round) and now - last_at < self.PROGRESS_LOCAL_S:
             return
         self._said = (phase, round_, now)
-        cfg = getattr(node, "cfg", None)
         try:
             p = Progress(
                 phase,
