@@ -458,8 +458,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: l
         from .classroom import commands
 
         if args.command == "host":
-            return commands.host_command(args, config_from_args, argv)
-        return (commands.join_command if args.command == "join" else commands.report_command)(args)
+            return commands.host_command(args, config_from_args, argv, view=_class_view)
+        if args.command == "join":
+            return commands.join_command(args, dashboard=_join_dashboard)
+        return commands.report_command(args)
     if args.command == "runs":
         from .paths import runs_dir
         from .runs import list_runs, runs_table
@@ -525,6 +527,20 @@ def _resolve_secret(cfg: Config, argv: list[str]) -> Config:
     for warning in secret_warnings(argv, secret):
         print(f"sapo-edge: warning: {warning}", file=sys.stderr)
     return cfg
+
+
+def _class_view(host) -> int:
+    """The teacher's class view (Textual, so imported only when shown)."""
+    from .tui.class_view import run_class_view
+
+    return run_class_view(host)
+
+
+def _join_dashboard(joined) -> int:
+    """The student's dashboard (Textual, so imported only when shown)."""
+    from .tui.joined import run_join_dashboard
+
+    return run_join_dashboard(joined)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -147,3 +147,18 @@ def test_the_circle_check_finds_a_lazy_relative_pair():
     src = "def f():\n    from ..a import x\n"
     b = imported_modules("sapo_edge.sub.b", False, ast.parse(src), known)
     assert circles({"sapo_edge.a": a, "sapo_edge.sub.b": b}) == ["sapo_edge.a <-> sapo_edge.sub.b"]
+
+
+def test_classroom_imports_no_ui():
+    """classroom/ runs a class; which view shows it is the CLI's choice (it passes the view in),
+    so nothing under classroom/ imports tui/."""
+    graph = import_graph()
+    assert "sapo_edge.classroom.commands" in graph  # the folder really is walked
+    found = sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if m.startswith("sapo_edge.classroom.")
+        for t in targets
+        if t == "sapo_edge.tui" or t.startswith("sapo_edge.tui.")
+    )
+    assert found == []
