@@ -1,4 +1,4 @@
-"""The `host`, `join` and `report` commands (cli.py parses, these run): the class view or one
+"""The `host`, `join` and `report` commands (cli/ parses, these run): the class view or one
 line per event without a terminal, the student's dashboard or one line per round, the report.
 """
 
@@ -266,7 +266,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, add_config_flags: Any) -> None:
-    """The host, join and report subcommands for cli.py's parser."""
+    """The host, join and report subcommands for cli/parser.py."""
     host = sub.add_parser(
         "host",
         help="teach a class: a room with a join code, a relay, the class view and a projector page",
