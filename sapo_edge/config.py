@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .addresses import hostport, normalise_listen, normalise_peer, normalise_relay
 from .mix import EXTERNAL_SAMPLINGS, MIXES
 from .tasks import PAPER_DOMAINS
 
 PRESET_DIR = Path(__file__).with_name("presets")
-DEFAULT_PORT = 7744  # a node's websocket
-RELAY_PORT = 7745  # `sapo-edge relay`
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 BACKENDS = ("auto", "torch", "cuda", "mps", "cpu", "mlx")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -398,12 +397,12 @@ class Config:
             f"room {self.room!r}: use a name of 1 to 64 characters.",
         )
         need(
-            _hostport(self.listen, allow_zero=True),
+            hostport(self.listen, allow_zero=True),
             f"listen {self.listen!r}: write PORT, HOST or HOST:PORT, e.g. 7744 or 0.0.0.0:7744.",
         )
         for p in self.peer:
             need(
-                isinstance(p, str) and _hostport(p, allow_zero=False),
+                isinstance(p, str) and hostport(p, allow_zero=False),
                 f"peer {p!r}: write HOST or HOST:PORT, e.g. 192.168.1.20 or 192.168.1.20:7744.",
             )
         need(
@@ -535,53 +534,6 @@ def load_preset(name: str) -> dict[str, Any]:
     data = tomllib.loads((PRESET_DIR / f"{name}.toml").read_text(encoding="utf-8"))
     data.pop("preset", None)
     return data
-
-
-def _split_host(text: str) -> tuple[str, str | None]:
-    """'h:1' -> ('h', '1'); 'h' -> ('h', None); '[::1]:1' -> ('[::1]', '1'); '::1' -> ('[::1]', None)."""
-    if text.startswith("["):
-        host, _, rest = text.partition("]")
-        return host + "]", (rest[1:] if rest.startswith(":") else None)
-    if text.count(":") > 1:  # a bare IPv6 address
-        return f"[{text}]", None
-    host, sep, port = text.rpartition(":")
-    return (host, port) if sep else (text, None)
-
-
-def normalise_listen(text: Any) -> Any:
-    """'7744' -> '0.0.0.0:7744', '10.0.0.5' -> '10.0.0.5:7744', ':7744' -> '0.0.0.0:7744'."""
-    if not isinstance(text, str) or not text.strip():
-        return text
-    text = text.strip()
-    if text.isdigit():
-        return f"0.0.0.0:{text}"
-    host, port = _split_host(text)
-    return f"{host or '0.0.0.0'}:{DEFAULT_PORT if port is None else port}"
-
-
-def normalise_peer(text: Any) -> Any:
-    """'10.0.0.5' -> '10.0.0.5:7744'; HOST:PORT unchanged."""
-    if not isinstance(text, str) or not text.strip() or "://" in text:
-        return text
-    host, port = _split_host(text.strip())
-    return f"{host}:{DEFAULT_PORT if port is None else port}" if host else text
-
-
-def normalise_relay(text: Any) -> Any:
-    """'localhost:7745' -> 'ws://localhost:7745', 'relay.lan' -> 'ws://relay.lan:7745'."""
-    if not isinstance(text, str) or not text.strip() or "://" in text:
-        return text.strip() if isinstance(text, str) else text
-    host, port = _split_host(text.strip().rstrip("/"))
-    return f"ws://{host}:{RELAY_PORT if port is None else port}" if host else text
-
-
-def _hostport(text: Any, allow_zero: bool) -> bool:
-    if not isinstance(text, str):
-        return False
-    host, sep, port = text.rpartition(":")
-    return bool(
-        sep and host and port.isdigit() and (allow_zero or int(port) > 0) and int(port) < 65536
-    )
 
 
 def _finite(x: Any) -> bool:
