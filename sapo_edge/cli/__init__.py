@@ -50,7 +50,7 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: l
         print(script(parser, args.shell), end="")
         return 0
     if args.command == "presets":
-        from ..config import preset_summary
+        from ..config_presets import preset_summary
 
         for name in preset_names():
             print(f"{name:<12} {preset_summary(name)}")

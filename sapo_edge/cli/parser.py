@@ -73,7 +73,7 @@ def _show_default(f: dataclasses.Field) -> str:
 
 
 def _fixed_values() -> dict[str, list[str]]:
-    from ..config import BACKENDS, DTYPES, SHARE_POLICIES
+    from ..config_checks import BACKENDS, DTYPES, SHARE_POLICIES
     from ..mix import MIXES
 
     return {
