@@ -1,4 +1,5 @@
-"""One Config dataclass: commented defaults, help text, validation with actionable errors.
+"""One Config dataclass: commented defaults and help text; loading, saving, presets applied.
+Its validation is config_checks.py, the packaged presets config_presets.py.
 
 Precedence: CLI flags > config file (TOML) > these defaults. The resolved config is saved as
 JSON next to each node's checkpoints.
@@ -9,26 +10,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .mix import EXTERNAL_SAMPLINGS, MIXES
+from .addresses import normalise_listen, normalise_peer, normalise_relay
+from .config_checks import validate
+from .config_error import ConfigError
+from .config_presets import load_preset, preset_names
 from .tasks import PAPER_DOMAINS
 
-PRESET_DIR = Path(__file__).with_name("presets")
-DEFAULT_PORT = 7744  # a node's websocket
-RELAY_PORT = 7745  # `sapo-edge relay`
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-BACKENDS = ("auto", "torch", "cuda", "mps", "cpu", "mlx")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-SHARE_POLICIES = ("all", "informative", "none")
-
-
-class ConfigError(ValueError):
-    """A config value a run cannot use; the message says what to change."""
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -256,190 +249,7 @@ class Config:
 
     # --------------------------------------------------------------------------------------
     def validate(self) -> None:
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ConfigError(msg)
-
-        need(
-            self.preset == "" or self.preset in preset_names(),
-            f"preset {self.preset!r} is unknown: use one of {', '.join(preset_names())}.",
-        )
-        need(
-            self.backend in BACKENDS,
-            f"backend {self.backend!r} is unknown: use one of {', '.join(BACKENDS)}.",
-        )
-        need(
-            self.dtype in DTYPES,
-            f"dtype {self.dtype!r} is unknown: use one of {', '.join(DTYPES)}.",
-        )
-        need(
-            self.share in SHARE_POLICIES,
-            f"share {self.share!r} is unknown: use one of {', '.join(SHARE_POLICIES)}.",
-        )
-        need(
-            isinstance(self.model, str) and self.model.strip() != "",
-            "model is empty: pass --model NAME_OR_PATH.",
-        )
-        need(
-            self.group_size >= 2,
-            f"group_size is {self.group_size}: GRPO compares completions within a group, so use 2 or more.",
-        )
-        need(
-            self.questions_per_round >= 1,
-            f"questions_per_round is {self.questions_per_round}: use 1 or more.",
-        )
-        need(
-            self.local_samples >= 0 and self.external_samples >= 0,
-            "local_samples (I) and external_samples (J) must be 0 or more.",
-        )
-        need(
-            self.local_samples + self.external_samples > 0,
-            "local_samples + external_samples is 0: the node would never train; the paper's default is I=4, J=4.",
-        )
-        need(
-            self.local_samples <= self.questions_per_round,
-            f"local_samples (I={self.local_samples}) exceeds questions_per_round ({self.questions_per_round}): a node has only that many own groups per round, so lower local_samples or raise questions_per_round.",
-        )
-        need(
-            self.mix in MIXES,
-            f"mix {self.mix!r} is unknown: use one of {', '.join(MIXES)}.",
-        )
-        need(
-            self.mix != "adaptive"
-            or self.local_samples + self.external_samples - 6 <= self.questions_per_round,
-            f"mix adaptive takes J up to 6, so I = local_samples + external_samples - J is at least "
-            f"{self.local_samples + self.external_samples - 6}, more than questions_per_round "
-            f"({self.questions_per_round}): lower local_samples or raise questions_per_round.",
-        )
-        need(
-            self.external_sampling in EXTERNAL_SAMPLINGS,
-            f"external_sampling {self.external_sampling!r} is unknown: use one of "
-            f"{', '.join(EXTERNAL_SAMPLINGS)}.",
-        )
-        need(
-            _finite(self.targeted_share) and 0.0 < self.targeted_share <= 1.0,
-            f"targeted_share is {self.targeted_share}: use a share in (0, 1], e.g. 0.5.",
-        )
-        need(
-            self.external_sampling != "targeted" or self.local_samples >= 1,
-            "external_sampling targeted needs local_samples of 1 or more, so a node never trains "
-            "only on peers: raise local_samples (I) or use external_sampling uniform.",
-        )
-        need(self.share_max >= 0, "share_max must be 0 (no cap) or more.")
-        need(self.freshness_rounds >= 0, "freshness_rounds must be 0 or more.")
-        need(
-            0.0 < self.max_peer_share <= 1.0,
-            f"max_peer_share is {self.max_peer_share}: use a share in (0, 1].",
-        )
-        need(self.max_new_tokens >= 1, f"max_new_tokens is {self.max_new_tokens}: use 1 or more.")
-        need(
-            self.max_prompt_tokens >= 16,
-            f"max_prompt_tokens is {self.max_prompt_tokens}: use 16 or more.",
-        )
-        need(
-            _finite(self.temperature) and self.temperature > 0,
-            f"temperature is {self.temperature}: use a positive number (1.0 as in the paper).",
-        )
-        need(
-            _finite(self.top_p) and 0 < self.top_p <= 1,
-            f"top_p is {self.top_p}: use a value in (0, 1].",
-        )
-        need(
-            _finite(self.lenient_credit) and 0 <= self.lenient_credit <= 1,
-            "lenient_credit must be in [0, 1].",
-        )
-        need(
-            _finite(self.format_reward) and 0 <= self.format_reward <= 1,
-            "format_reward must be in [0, 1].",
-        )
-        need(
-            _finite(self.learning_rate) and self.learning_rate > 0,
-            f"learning_rate is {self.learning_rate}: use a positive number such as 5e-5.",
-        )
-        need(_finite(self.clip_low) and 0 <= self.clip_low < 1, "clip_low must be in [0, 1).")
-        need(_finite(self.clip_high) and self.clip_high >= 0, "clip_high must be 0 or more.")
-        need(_finite(self.beta) and self.beta >= 0, "beta must be 0 or more.")
-        need(
-            _finite(self.max_grad_norm) and self.max_grad_norm >= 0,
-            "max_grad_norm must be 0 (off) or more.",
-        )
-        need(self.micro_batch_size >= 0, "micro_batch_size must be 0 (auto) or more.")
-        need(
-            _finite(self.round_target) and self.round_target > 0,
-            "round_target must be a number of seconds above 0, e.g. --round-target 120.",
-        )
-        need(0 <= self.threads <= 1024, "threads must be 0 (adaptive) to 1024, e.g. --threads 2.")
-        need(self.lora_r >= 1, f"lora_r is {self.lora_r}: use 1 or more (16 is typical).")
-        need(_finite(self.lora_alpha) and self.lora_alpha > 0, "lora_alpha must be positive.")
-        need(
-            _finite(self.lora_dropout) and 0 <= self.lora_dropout < 1,
-            "lora_dropout must be in [0, 1).",
-        )
-        need(
-            isinstance(self.lora_targets, list)
-            and len(self.lora_targets) > 0
-            and all(isinstance(t, str) for t in self.lora_targets),
-            "lora_targets must be a non-empty list of module names, e.g. ['q_proj', 'v_proj'].",
-        )
-        need(self.rounds >= 0, "rounds must be 0 or more.")
-        need(self.checkpoint_every >= 0, "checkpoint_every must be 0 or more.")
-        need(self.keep_checkpoints >= 1, "keep_checkpoints must be 1 or more.")
-        need(self.nodes >= 1, f"nodes is {self.nodes}: use 1 or more.")
-        need(
-            isinstance(self.node_backends, list) and all(b in BACKENDS for b in self.node_backends),
-            f"node_backends {self.node_backends}: use a comma list of {', '.join(BACKENDS)}.",
-        )
-        need(
-            self.name.replace("-", "").replace("_", "").isalnum() and len(self.name) <= 40,
-            f"name {self.name!r}: use letters, digits, '-' and '_' (at most 40).",
-        )
-        need(
-            isinstance(self.room, str) and 0 < len(self.room) <= 64,
-            f"room {self.room!r}: use a name of 1 to 64 characters.",
-        )
-        need(
-            _hostport(self.listen, allow_zero=True),
-            f"listen {self.listen!r}: write PORT, HOST or HOST:PORT, e.g. 7744 or 0.0.0.0:7744.",
-        )
-        for p in self.peer:
-            need(
-                isinstance(p, str) and _hostport(p, allow_zero=False),
-                f"peer {p!r}: write HOST or HOST:PORT, e.g. 192.168.1.20 or 192.168.1.20:7744.",
-            )
-        need(
-            self.relay == ""
-            or (self.relay.startswith(("ws://", "wss://")) and len(self.relay) > 6)
-            or _nats_relay_ok(self.relay),
-            f"relay {self.relay!r}: write HOST, HOST:PORT, ws://HOST:PORT or nats://HOST:4222 (or leave it empty)"
-            + _nats_relay_problem(self.relay),
-        )
-        need(
-            self.max_inbound_groups >= 1,
-            f"max_inbound_groups is {self.max_inbound_groups}: use 1 or more (default 128).",
-        )
-        need(
-            isinstance(self.domains, dict) and len(self.domains) > 0,
-            "domains must map domain names to weights.",
-        )
-        for d, w in self.domains.items():
-            need(
-                isinstance(w, int | float) and not isinstance(w, bool) and _finite(w) and w >= 0,
-                f"domains.{d}: weight {w!r} must be a number 0 or more.",
-            )
-        need(
-            any(w > 0 for w in self.domains.values()),
-            "every domain weight is 0: give at least one domain a positive weight.",
-        )
-        need(
-            isinstance(self.domain_configs, dict)
-            and all(isinstance(v, dict) for v in self.domain_configs.values()),
-            "domain_configs must map a domain name to a table of reasoning-gym settings.",
-        )
-        for d in self.domain_configs:
-            need(
-                d in self.domains,
-                f"domain_configs has {d!r}, which is not among domains ({', '.join(self.domains)}): add it to domains or remove its config.",
-            )
+        validate(self)
 
     # --------------------------------------------------------------------------------------
     def micro_batch(self, device: str) -> int:
@@ -516,78 +326,6 @@ class Config:
         return next(f.metadata.get("help", "") for f in dataclasses.fields(self) if f.name == name)
 
 
-def preset_names() -> list[str]:
-    """The presets shipped inside the package (sapo_edge/presets/*.toml)."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-
-
-def preset_summary(name: str) -> str:
-    """The first comment line of a preset file: what it is for."""
-    text = (PRESET_DIR / f"{name}.toml").read_text(encoding="utf-8")
-    first = next((ln for ln in text.splitlines() if ln.startswith("#")), "# ")
-    return first.lstrip("# ").strip()
-
-
-def load_preset(name: str) -> dict[str, Any]:
-    """A preset's settings as a dict (validated when a Config is built from it)."""
-    if name not in preset_names():
-        raise ConfigError(f"preset {name!r} is unknown: use one of {', '.join(preset_names())}.")
-    data = tomllib.loads((PRESET_DIR / f"{name}.toml").read_text(encoding="utf-8"))
-    data.pop("preset", None)
-    return data
-
-
-def _split_host(text: str) -> tuple[str, str | None]:
-    """'h:1' -> ('h', '1'); 'h' -> ('h', None); '[::1]:1' -> ('[::1]', '1'); '::1' -> ('[::1]', None)."""
-    if text.startswith("["):
-        host, _, rest = text.partition("]")
-        return host + "]", (rest[1:] if rest.startswith(":") else None)
-    if text.count(":") > 1:  # a bare IPv6 address
-        return f"[{text}]", None
-    host, sep, port = text.rpartition(":")
-    return (host, port) if sep else (text, None)
-
-
-def normalise_listen(text: Any) -> Any:
-    """'7744' -> '0.0.0.0:7744', '10.0.0.5' -> '10.0.0.5:7744', ':7744' -> '0.0.0.0:7744'."""
-    if not isinstance(text, str) or not text.strip():
-        return text
-    text = text.strip()
-    if text.isdigit():
-        return f"0.0.0.0:{text}"
-    host, port = _split_host(text)
-    return f"{host or '0.0.0.0'}:{DEFAULT_PORT if port is None else port}"
-
-
-def normalise_peer(text: Any) -> Any:
-    """'10.0.0.5' -> '10.0.0.5:7744'; HOST:PORT unchanged."""
-    if not isinstance(text, str) or not text.strip() or "://" in text:
-        return text
-    host, port = _split_host(text.strip())
-    return f"{host}:{DEFAULT_PORT if port is None else port}" if host else text
-
-
-def normalise_relay(text: Any) -> Any:
-    """'localhost:7745' -> 'ws://localhost:7745', 'relay.lan' -> 'ws://relay.lan:7745'."""
-    if not isinstance(text, str) or not text.strip() or "://" in text:
-        return text.strip() if isinstance(text, str) else text
-    host, port = _split_host(text.strip().rstrip("/"))
-    return f"ws://{host}:{RELAY_PORT if port is None else port}" if host else text
-
-
-def _hostport(text: Any, allow_zero: bool) -> bool:
-    if not isinstance(text, str):
-        return False
-    host, sep, port = text.rpartition(":")
-    return bool(
-        sep and host and port.isdigit() and (allow_zero or int(port) > 0) and int(port) < 65536
-    )
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str, "dict": dict, "list": list}
 
 
@@ -600,22 +338,3 @@ def _coerce(key: str, value: Any, type_name: Any, source: str) -> Any:
             f"{source}: {key} should be {want.__name__}, got {type(value).__name__} {value!r}."
         )
     return value
-
-
-def _nats_relay_problem(relay: str) -> str:
-    """'; why' for a nats:// or tls:// relay that cannot be used, else '.'."""
-    from .swarm.nats_transport import is_nats_url, nats_servers
-
-    if not is_nats_url(relay):
-        return "."
-    try:
-        nats_servers(relay)
-    except ValueError as e:
-        return f"; {e}"
-    return "."
-
-
-def _nats_relay_ok(relay: str) -> bool:
-    from .swarm.nats_transport import is_nats_url
-
-    return is_nats_url(relay) and _nats_relay_problem(relay) == "."

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config, ConfigError
+from .memory import Memory
 
 GB = 1e9
 RUNTIME_BYTES = 0.7 * GB  # python, torch and the tokenizer before any weight is loaded
@@ -81,13 +82,6 @@ def estimate_bytes(shape: Shape, cfg: Config, device: str = "cpu", nodes: int = 
     )
     train = train_tokens * per_token
     return RUNTIME_BYTES + weights + lora + max(kv_cache + gen_logits, train)
-
-
-@dataclass(frozen=True)
-class Memory:
-    total: float  # bytes the model can use: RAM, or the GPU's memory on CUDA
-    available: float  # free now
-    where: str  # "RAM" or the GPU's name
 
 
 def system_memory() -> Memory:

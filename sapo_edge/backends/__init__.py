@@ -23,12 +23,12 @@ __all__ = [
 
 
 def accelerator_memory(device: str):
-    """A CUDA device's memory as fit.Memory (total, free, name); None for other devices."""
+    """A CUDA device's memory as memory.Memory (total, free, name); None for other devices."""
     if not device.startswith("cuda"):
         return None
     import torch
 
-    from ..fit import Memory
+    from ..memory import Memory
 
     free, total = torch.cuda.mem_get_info(device)
     return Memory(float(total), float(free), torch.cuda.get_device_name(device))

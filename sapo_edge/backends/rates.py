@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..pace import PaceCache, Rates
+from ..pace_cache import PaceCache, Rates
 from ..threads import usable_cores
 from .cpu_dtype import choose_cpu_dtype, machine_key
 from .cpu_threads import TORCH_DEFAULT, set_threads

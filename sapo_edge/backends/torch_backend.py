@@ -202,7 +202,8 @@ class TorchBackend:
         policy = self.threads
         if policy is None or not policy.adaptive or os.environ.get("SAPO_EDGE_PACE_RATES"):
             return
-        from ..pace import PaceCache, learn_from_round
+        from ..pace import learn_from_round
+        from ..pace_cache import PaceCache
         from .cpu_dtype import machine_key
         from .rates import rates_key
 

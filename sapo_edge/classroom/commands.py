@@ -1,4 +1,4 @@
-"""The `host`, `join` and `report` commands (cli.py parses, these run): the class view or one
+"""The `host`, `join` and `report` commands (cli/ parses, these run): the class view or one
 line per event without a terminal, the student's dashboard or one line per round, the report.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,11 @@ def _say(text: str) -> None:
 
 
 # --------------------------------------------------------------------------------- host
-def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) -> int:
+def host_command(
+    args: argparse.Namespace, cfg_from_args: Any, argv: list[str], *, view: Callable[[Any], int]
+) -> int:
+    """Host a class; on a terminal (not --headless) `view(host)` shows it (the CLI passes the
+    class view from tui/, so classroom/ stays free of any UI)."""
     from ..runs import prepare_out_dir
     from .host import ClassHost, HostOptions
 
@@ -94,9 +99,7 @@ def host_command(args: argparse.Namespace, cfg_from_args: Any, argv: list[str]) 
     print(f"sapo-edge: the class's run folder: {cfg.out_dir}", file=sys.stderr)
     try:
         if not args.headless and sys.stdout.isatty():
-            from ..tui.class_view import run_class_view
-
-            return run_class_view(host)
+            return view(host)
         return run_host_headless(host)
     finally:
         host.close()
@@ -222,7 +225,9 @@ def _print_code(host: Any) -> None:
 
 
 # --------------------------------------------------------------------------------- join
-def join_command(args: argparse.Namespace) -> int:
+def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -> int:
+    """Join a class; on a terminal (not --headless) `dashboard(joined)` shows it (the CLI
+    passes the student's dashboard from tui/)."""
     from ..backends import select_backend
     from .join import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy, join_class
 
@@ -232,9 +237,7 @@ def join_command(args: argparse.Namespace) -> int:
     for note in joined.notes:
         print(f"sapo-edge: {note}", file=sys.stderr)
     if not args.headless and sys.stdout.isatty():
-        from ..tui.joined import run_join_dashboard
-
-        return run_join_dashboard(joined)
+        return dashboard(joined)
     from ..runner import run_headless
 
     name = joined.cfg.name
@@ -263,7 +266,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, add_config_flags: Any) -> None:
-    """The host, join and report subcommands for cli.py's parser."""
+    """The host, join and report subcommands for cli/parser.py."""
     host = sub.add_parser(
         "host",
         help="teach a class: a room with a join code, a relay, the class view and a projector page",

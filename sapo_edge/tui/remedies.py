@@ -6,7 +6,7 @@ import errno
 
 from ..checkpoints import CheckpointError
 from ..config import ConfigError
-from ..models import ModelNotFound
+from ..model_errors import ModelNotFound
 
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}

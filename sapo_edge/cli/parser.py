@@ -1,26 +1,20 @@
-"""The `sapo-edge` command: the dashboard (no subcommand, or `run` in a terminal), `run --headless`
-(one line per round; also when stdout is not a terminal), `sim` (N nodes here), `eval`, `models`,
-`runs`, `presets`, `doctor`, `relay`, `host` / `join` / `report` (a class: classroom/), `completion`.
-
-Every Config field is also a flag (--group-size 8, --no-lenient ...); flags beat --config FILE
-(default: config.toml in the user's config folder, when there is one), which beats --preset,
-which beats the defaults. User errors are one sentence with the fix, exit status 2.
-"""
+"""The `sapo-edge` parser: every Config field as a flag (--group-size 8, --no-lenient ...), the
+subcommands and their flags, "did you mean" on a typo; and the Config a parse stands for (flags
+beat --config FILE or the user's config.toml, which beat --preset, which beat the defaults)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import difflib
-import errno
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .config import Config, ConfigError, preset_names
+from .. import __version__
+from ..config import Config, preset_names
 
 
 def _add_config_flags(
@@ -79,8 +73,8 @@ def _show_default(f: dataclasses.Field) -> str:
 
 
 def _fixed_values() -> dict[str, list[str]]:
-    from .config import BACKENDS, DTYPES, SHARE_POLICIES
-    from .mix import MIXES
+    from ..config_checks import BACKENDS, DTYPES, SHARE_POLICIES
+    from ..mix import MIXES
 
     return {
         "backend": list(BACKENDS),
@@ -281,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="authenticated links from one address (a class behind one NAT); default 256",
     )
     relay.add_argument("--max-connections", type=int, default=1024, help="in total (default 1024)")
-    from .classroom.commands import add_commands
+    from ..classroom.commands import add_commands
 
     add_commands(sub, _add_config_flags)
     comp = sub.add_parser(
@@ -297,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def user_config_file() -> Path | None:
     """config.toml in the user's config folder, read when no --config is given."""
-    from .paths import config_dir
+    from ..paths import config_dir
 
     p = config_dir() / "config.toml"
     return p if p.is_file() else None
@@ -317,7 +311,7 @@ def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
     memory and in time (pace.py)."""
     if args.model or args.preset or args.config or user_config_file():
         return {}
-    from .pace import choose_here
+    from ..pace import choose_here
 
     choice = choose_here(args.backend or "auto", args.dtype or "auto", args.round_target)
     print(
@@ -325,241 +319,3 @@ def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
         file=sys.stderr,
     )
     return choice.candidate.settings
-
-
-def _models(args: argparse.Namespace) -> int:
-    from .models import ALIASES, cache_entries, clean_cache, fetch_smollm2, smollm2_gguf
-    from .paths import cache_dir, human_size
-
-    if args.source and not args.get:
-        raise ConfigError("--from FILE goes with --get smollm2-135m.")
-    if args.get:
-        fetch_smollm2(source=Path(args.source).expanduser() if args.source else None)
-        return 0
-    if args.clean:
-        freed = clean_cache()
-        print(
-            f"removed {human_size(freed)} from {cache_dir()} (models are fetched and converted again when used)"
-        )
-        return 0
-    for alias, what in ALIASES.items():
-        state = "ready" if smollm2_gguf() else "not fetched: sapo-edge models --get " + alias
-        print(f"{alias:<16} {what} [{state}]")
-    entries = cache_entries()
-    print(f"cache: {cache_dir()} ({human_size(sum(e.size for e in entries))} in all)")
-    for e in entries:
-        print(f"  {human_size(e.size):>9}  {e.kind:<9} {e.path}")
-    if entries:
-        print(
-            "  (sapo-edge models --clean deletes them; Hugging Face downloads live in its own cache)"
-        )
-    return 0
-
-
-def _room_nats_user(args: argparse.Namespace) -> int:
-    from .swarm.nats_transport import nats_user_entry
-    from .swarm.roomkey import SECRET_ENV, read_secret, room_keys
-
-    secret = read_secret("", args.secret_file)
-    if not secret:
-        raise ConfigError(
-            f"no room key: run `{SECRET_ENV}=<the room key> sapo-edge room nats-user --user NAME` "
-            "(`sapo-edge room new` makes a key)."
-        )
-    if not args.user:
-        raise ConfigError("name the NATS user: sapo-edge room nats-user --user lab-3")
-    try:
-        entry = nats_user_entry(room_keys(args.room, secret).relay_id, args.user)
-    except ValueError as e:
-        raise ConfigError(f"--user {e}") from None
-    print(entry)
-    print(
-        "Paste it into the users list of rooms.conf next to the NATS server's config "
-        "(packaging/nats/), set the password variable it names in the server's environment, "
-        "reload the server (nats-server --signal reload), and give the room's laptops "
-        f"SAPO_EDGE_NATS_USER={args.user} and SAPO_EDGE_NATS_PASSWORD.",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _relay(args: argparse.Namespace) -> int:
-    from .swarm.relay import RelayLimits, run_relay
-
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port {args.port}: use a port between 1 and 65535.")
-    if args.host in ("0.0.0.0", "::", ""):
-        from .doctor import lan_addresses
-
-        for addr in lan_addresses()[:4]:
-            host = f"[{addr}]" if ":" in addr else addr
-            print(f"nodes join with: sapo-edge --relay {host}:{args.port}")
-    try:
-        run_relay(
-            args.host,
-            args.port,
-            RelayLimits(
-                messages_per_minute=args.max_messages_per_minute,
-                connections_per_ip=args.max_connections_per_ip,
-                connections_total=args.max_connections,
-            ),
-        )
-    except OSError as e:
-        if e.errno == errno.EADDRINUSE or "address already in use" in str(e).lower():
-            raise ConfigError(
-                f"port {args.port} on {args.host} is already in use (another relay?): stop it, "
-                f"or pass --port {args.port + 1}."
-            ) from None
-        raise
-    return 0
-
-
-def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import main as doctor_main
-
-    overrides = {k: v for k in ("relay", "listen", "backend") if (v := getattr(args, k))}
-    path = args.config or user_config_file() or ""
-    return doctor_main(Config.load(path, overrides), args.multicast_interface)
-
-
-def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
-    if args.command == "room" and args.action == "nats-user":
-        return _room_nats_user(args)
-    if args.command == "room":
-        from .swarm.roomkey import SECRET_ENV, new_room_key
-
-        code = new_room_key()
-        print(code)
-        print(
-            f"Share it with the room's members (not on a public channel); each runs\n"
-            f"  {SECRET_ENV}={code} sapo-edge run\n"
-            "or saves it in a file and runs `sapo-edge run --secret-file FILE`.",
-            file=sys.stderr,
-        )
-        return 0
-    if args.command == "models":
-        return _models(args)
-    if args.command == "relay":
-        return _relay(args)
-    if args.command == "doctor":
-        return _doctor(args)
-    if args.command == "completion":
-        from .completion import script
-
-        print(script(parser, args.shell), end="")
-        return 0
-    if args.command == "presets":
-        from .config import preset_summary
-
-        for name in preset_names():
-            print(f"{name:<12} {preset_summary(name)}")
-        return 0
-    if args.command in ("host", "join", "report"):
-        from .classroom import commands
-
-        if args.command == "host":
-            return commands.host_command(args, config_from_args, argv)
-        return (commands.join_command if args.command == "join" else commands.report_command)(args)
-    if args.command == "runs":
-        from .paths import runs_dir
-        from .runs import list_runs, runs_table
-
-        root = Path(args.out_dir).expanduser() if args.out_dir else runs_dir()
-        found = list_runs(root)
-        print(runs_table(found) if found else f"no runs yet in {root}")
-        return 0
-    cfg = config_from_args(args)  # bad flags fail here, before anything loads
-    if args.command == "run" and (choice := _first_run_choice(args)):
-        for key, value in choice.items():
-            setattr(args, key, value)
-        cfg = config_from_args(args)
-    if args.command == "run":
-        cfg = _resolve_secret(cfg, argv)
-    if args.command in ("run", "sim"):
-        from .runs import prepare_out_dir
-
-        cfg = prepare_out_dir(cfg, args.command)
-    from . import runner  # heavy imports only once the flags are known to be good
-
-    if args.command == "run":
-        if not args.headless and sys.stdout.isatty():
-            from .tui.app import run_dashboard
-
-            return run_dashboard(cfg)
-        return runner.run_headless(cfg)
-    elif args.command == "sim":
-        runner.run_sim(cfg)
-    elif args.command == "eval":
-        from .evaluate import evaluate
-
-        result = evaluate(
-            cfg,
-            questions=args.questions,
-            samples=args.samples,
-            checkpoint=args.checkpoint,
-            seed=args.eval_seed,
-        )
-        print(result.table())
-    return 0
-
-
-def _os_error(e: OSError) -> str:
-    where = f" {e.filename}" if e.filename else ""
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"permission denied on{where or ' a file'} ({e.strerror}): use a folder you can write to (--out-dir)."
-    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return f"no space left on the disk of{where or ' the output folder'}: free some space or pass --out-dir on another disk."
-    return f"{e.strerror or e}{where}: check the path and try again."
-
-
-def _resolve_secret(cfg: Config, argv: list[str]) -> Config:
-    """Ask for the room secret now when --secret-file is '-' (before the dashboard owns the
-    terminal), check a room key for typos, and warn about a secret given unsafely."""
-    from .swarm.roomkey import code_to_key, looks_like_code, read_secret, secret_warnings
-
-    if cfg.secret_file == "-":
-        cfg = dataclasses.replace(cfg, secret=read_secret("", "-"), secret_file="")
-    secret = read_secret(cfg.secret, cfg.secret_file)
-    if looks_like_code(secret):
-        code_to_key(secret)  # a typo fails here, with its remedy
-    for warning in secret_warnings(argv, secret):
-        print(f"sapo-edge: warning: {warning}", file=sys.stderr)
-    return cfg
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv and not sys.stdout.isatty():
-        parser.print_help()  # a bare `sapo-edge` in a script or pipe explains itself
-        return 0
-    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "--version")):
-        argv.insert(0, "run")  # `sapo-edge [FLAGS]` is `sapo-edge run [FLAGS]`: the dashboard
-    args, extras = parser.parse_known_args(argv)
-    if extras:  # the subcommand's own usage and "did you mean" from its own flags
-        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        subs.choices.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extras)}")
-    if args.command is None:
-        parser.print_help()
-        return 0
-    try:
-        return _dispatch(args, parser, argv)
-    except ConfigError as e:
-        print(f"sapo-edge: config error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # ModelNotFound, TaskError, a checkpoint that does not fit...
-        print(f"sapo-edge: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a read-only or full disk, a busy port: a sentence, not a traceback
-        print(f"sapo-edge: error: {_os_error(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            "sapo-edge: interrupted; the newest complete checkpoint is kept (--resume continues).",
-            file=sys.stderr,
-        )
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

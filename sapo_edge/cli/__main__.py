@@ -1,0 +1,7 @@
+"""`python -m sapo_edge.cli`: the `sapo-edge` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
