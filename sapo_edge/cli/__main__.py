@@ -4,4 +4,7 @@ import sys
 
 from . import main
 
-sys.exit(main())
+if (
+    __name__ == "__main__"
+):  # importing the module (the portability check imports them all) runs nothing
+    sys.exit(main())
