@@ -208,7 +208,12 @@ def make_stats(
         recent = recent[1:]
     if len(raw) > MAX_STATS_BYTES:
         raise ValueError(f"stats of {len(raw)} bytes are over the {MAX_STATS_BYTES} limit.")
-    msg = dump_message(
+    return _signed(ident, body, raw), stats_id
+
+
+def _signed(ident: Identity, body: str, raw: bytes) -> bytes:
+    """The stats envelope around a body (figures or progress), signed by the sender."""
+    return dump_message(
         {
             "type": "stats",
             "sender": ident.node_id,
@@ -217,7 +222,6 @@ def make_stats(
             "signature": ident.sign(raw).hex(),
         }
     )
-    return msg, stats_id
 
 
 def make_progress(
@@ -243,16 +247,7 @@ def make_progress(
     raw = body.encode("utf-8")
     if len(raw) > MAX_PROGRESS_BYTES:
         raise ValueError(f"progress of {len(raw)} bytes is over the {MAX_PROGRESS_BYTES} limit.")
-    msg = dump_message(
-        {
-            "type": "stats",
-            "sender": ident.node_id,
-            "public_key": ident.public_key.hex(),
-            "body": body,
-            "signature": ident.sign(raw).hex(),
-        }
-    )
-    return msg, stats_id
+    return _signed(ident, body, raw), stats_id
 
 
 @dataclass(frozen=True)
