@@ -192,16 +192,7 @@ def make_stats(
     recent = ([rounds] if isinstance(rounds, RoundStats) else list(rounds))[-ROUNDS_PER_MESSAGE:]
     stats_id = stats_id or os.urandom(16).hex()
     while True:
-        body = dumps_canonical(
-            {
-                "v": PROTOCOL_VERSION,
-                "id": stats_id,
-                "sender": ident.node_id,
-                "room": keys.lan_id,
-                "sent_at": time.time() if sent_at is None else sent_at,
-                "rounds": [r.to_json() for r in recent],
-            }
-        )
+        body = _body(ident, keys, stats_id, sent_at, rounds=[r.to_json() for r in recent])
         raw = body.encode("utf-8")
         if len(raw) <= MAX_STATS_BYTES or len(recent) == 1:
             break
@@ -209,6 +200,22 @@ def make_stats(
     if len(raw) > MAX_STATS_BYTES:
         raise ValueError(f"stats of {len(raw)} bytes are over the {MAX_STATS_BYTES} limit.")
     return _signed(ident, body, raw), stats_id
+
+
+def _body(
+    ident: Identity, keys: RoomKeys, stats_id: str, sent_at: float | None, **payload: Any
+) -> str:
+    """A stats body: who, which room, when, and the figures or the progress."""
+    return dumps_canonical(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": stats_id,
+            "sender": ident.node_id,
+            "room": keys.lan_id,
+            "sent_at": time.time() if sent_at is None else sent_at,
+            **payload,
+        }
+    )
 
 
 def _signed(ident: Identity, body: str, raw: bytes) -> bytes:
@@ -234,16 +241,7 @@ def make_progress(
 ) -> tuple[bytes, str]:
     """Sign what this node is doing now for the room; returns (envelope bytes, message id)."""
     stats_id = stats_id or os.urandom(16).hex()
-    body = dumps_canonical(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": stats_id,
-            "sender": ident.node_id,
-            "room": keys.lan_id,
-            "sent_at": time.time() if sent_at is None else sent_at,
-            "progress": progress.to_json(),
-        }
-    )
+    body = _body(ident, keys, stats_id, sent_at, progress=progress.to_json())
     raw = body.encode("utf-8")
     if len(raw) > MAX_PROGRESS_BYTES:
         raise ValueError(f"progress of {len(raw)} bytes is over the {MAX_PROGRESS_BYTES} limit.")
