@@ -20,6 +20,7 @@ from class_recorded import CODE, HOSTILE, TASK, recorded_board
 from scripted import make_cfg
 
 from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.swarm.admission import _Code
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.web.page import host_header_ok, may_see_code
 
@@ -54,6 +55,9 @@ def host(tmp_path: Path):
     h.board.received, h.board.host_id = recorded.received, recorded.host_id
     h.task = TASK
     h.code = CODE  # the picture shows a classroom address, not this test's loopback one
+    words = CODE.partition("@")[0]  # and CODE admits, as the code on a host's page does
+    h.admissions.revoke(h.admissions.new_code())
+    h.admissions.codes[words.split("-")[0]] = _Code(words, h.admissions.clock() + 600)
     yield h
     h.close()
 
@@ -99,6 +103,27 @@ def test_the_page_is_read_only_keyless_and_shows_the_code_only_where_it_should(h
     assert may_see_code("127.0.0.1", "", "t") and may_see_code("::1", "", "t")
     assert not may_see_code("192.168.1.50", "", "t") and not may_see_code("192.168.1.50", "x", "t")
     assert may_see_code("192.168.1.50", "t", "t") and not may_see_code("10.0.0.1", "", "")
+
+
+def test_a_code_that_no_longer_admits_leaves_the_page(host) -> None:
+    """Issue 28: the page kept showing a code (and its QR) after it had expired or wrong tries
+    had retired it. A code that admits nobody is not shown: the page says the teacher makes a
+    new one (n), and the QR is not served; the new code is shown at once."""
+    base = f"http://127.0.0.1:{host.services.web_port}"
+    assert json.loads(get(base + "/class.json")[2])["code"] == CODE
+    clock = host.admissions.clock
+    host.admissions.clock = lambda: clock() + 601  # the code's time is up
+    assert json.loads(get(base + "/class.json")[2])["code"] == ""
+    assert get(base + "/qr.svg")[0] == 503
+    host.admissions.clock = clock
+    n = CODE.split("-")[0]
+    for i in range(10):  # ten typos across the class retire it
+        ip = f"10.0.0.{i + 1}"
+        host.admissions.end(host.admissions.begin(n, ip), False, ip)
+    assert json.loads(get(base + "/class.json")[2])["code"] == ""
+    fresh = host.new_code()
+    assert json.loads(get(base + "/class.json")[2])["code"] == fresh
+    assert get(base + "/qr.svg")[0] == 200
 
 
 def test_another_machine_sees_the_class_but_not_the_code_without_the_token(host) -> None:

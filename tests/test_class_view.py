@@ -67,6 +67,36 @@ def host(tmp_path: Path):
     h.close()
 
 
+def test_a_code_that_no_longer_admits_is_replaced_by_what_to_do(host) -> None:
+    """Issue 28: the class view kept showing a code after it expired. Once the code admits
+    nobody the panel and the header say so and how to get a new one (n), which shows at once."""
+    app = ClassView(host, start=False)
+
+    def small() -> str:
+        return str(app.query_one(JoinPanel).query_one("#join-small").render())
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert "sapo-edge join " + host.code in small()
+            clock = host.admissions.clock
+            host.admissions.clock = lambda: clock() + 601 * 60  # past the code's minutes
+            for _ in range(400):  # the view looks once a second (20 s bound)
+                await asyncio.sleep(0.05)
+                if "press n for a new one" in small():
+                    break
+            assert "press n for a new one" in small() and host.code not in small()
+            header = str(app.query_one("#class-header").render())
+            assert "none valid (n: a new one)" in header
+            await pilot.press("n")
+            await pilot.pause()
+            assert "sapo-edge join " + host.code in small()
+            assert "press n" not in small()
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
 def test_keys_drive_a_real_host(host) -> None:
     app = ClassView(host)
 

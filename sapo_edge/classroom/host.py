@@ -322,6 +322,14 @@ class ClassHost:
         self.code = format_code(words, self.address, self.admit_port)
         return self.code
 
+    def live_code(self) -> str:
+        """The code while it still admits anyone; "" once it has expired or was retired by
+        wrong tries (then the page shows no code and the class view says to press n)."""
+        code = self.code
+        if not code or self.admissions is None:
+            return ""
+        return code if self.admissions.is_live(code.split("@", 1)[0]) else ""
+
     def code_lines(self) -> list[str]:
         return qr_lines(self.code)
 
@@ -341,7 +349,7 @@ class ClassHost:
     def _page(self) -> web.Application:
         from ..web.page import make_app
 
-        return make_app(self.class_json, lambda: self.code, self.page_token, _qr_svg)
+        return make_app(self.class_json, self.live_code, self.page_token, _qr_svg)
 
     def received_counts(self) -> dict[str, int]:
         """Groups this host's own transport verified, per member node id."""

@@ -141,6 +141,13 @@ class Admissions:
         self.codes[str(n)] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
         return code
 
+    def is_live(self, code: str) -> bool:
+        """Whether this code still admits anyone: not expired, not retired by wrong tries, not
+        revoked (read from any thread: one dict lookup)."""
+        code = normalise(code)
+        c = self.codes.get(code.split("-", 1)[0])
+        return c is not None and c.code == code and c.expires >= self.clock()
+
     def revoke(self, code: str) -> None:
         """Retire this code (the whole code, not whatever code now has its number)."""
         code = normalise(code)

@@ -99,6 +99,7 @@ class ClassView(App[str]):
         self._board_key: tuple = ()  # what the widgets show now (see refresh_board)
         self._reading = threading.Lock()
         self._drawn: dict[str, int] = {}  # widget -> the board version it shows
+        self._code_live = True  # the shown code still admits (refresh_board checks)
 
     def compose(self) -> ComposeResult:
         yield Static("sapo-edge class · starting...", id="class-header")
@@ -136,8 +137,15 @@ class ClassView(App[str]):
             return
         try:
             snap, summary = self.host.board.snapshot(), self.host.describe()
+            live = bool(self.host.live_code())
         finally:
             self._reading.release()
+        if live != self._code_live:  # the code expired or was retired (or a new one is up)
+            self._code_live = live
+            code = self.host.live_code()
+            self.post_message(
+                CodeShown(code, self.host.code_lines() if code else [], self.host.page_url())
+            )
         key = (
             snap.version,
             summary,
@@ -180,6 +188,11 @@ class ClassView(App[str]):
         self._header()
 
     def on_code_shown(self, m: CodeShown) -> None:
+        if not m.code:  # no code admits anyone now
+            self.query_one(JoinPanel).show_none(m.page)
+            self.code = "none valid (n: a new one)"
+            self._header()
+            return
         words, _, where = m.code.partition("@")
         self.query_one(JoinPanel).show(
             m.code, big_text(words) + big_text("@" + where), m.qr, m.page

@@ -120,8 +120,8 @@ def make_app(
     async def qr(request: web.Request) -> web.Response:
         if not visible(request):
             raise web.HTTPForbidden(text="the join code is shown on the teacher's screen\n")
-        if not code():  # the page starts before the class's first code
-            raise web.HTTPServiceUnavailable(text="the class is starting\n")
+        if not code():  # before the class's first code, or none admits anyone now
+            raise web.HTTPServiceUnavailable(text="no join code admits anyone now\n")
         return web.Response(text=qr_svg(code()), content_type="image/svg+xml")
 
     app = web.Application(middlewares=[guard], client_max_size=1024)

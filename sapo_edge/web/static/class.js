@@ -39,11 +39,13 @@ function spark(values) {
   return s;
 }
 
-function renderJoin(code) {
+function renderJoin(code) {  // null: not this browser's to see; "": no code admits anyone
   const box = document.getElementById("join");
   document.getElementById("join-hidden").hidden = code !== null;
-  box.hidden = code === null;
-  if (code !== null && code !== shownCode) {
+  document.getElementById("join-none").hidden = code !== "";
+  box.hidden = !code;
+  if (!code) shownCode = null;
+  if (code && code !== shownCode) {
     document.getElementById("code").textContent = code;
     const qr = document.getElementById("qr");
     qr.hidden = false;
