@@ -89,7 +89,8 @@ def run_single(
 ) -> Node:
     """One node (headless, or under the dashboard, which passes its callback and RunControl):
     joins the swarm (LAN, --peer, --relay) unless --solo. `transport`: a NetworkTransport the
-    caller made and has not started (`host` and `join` make theirs for the class's room)."""
+    caller made and has not started (`host` and `join` make theirs for the class's room); it
+    is closed at the end unless it has `keep_open` set (the caller closes it then)."""
     callback = callback or PrintCallback(log)
     if not cfg.out_dir:  # the CLI sets it; other callers get a new folder in the data folder
         cfg = prepare_out_dir(cfg, "run")
@@ -105,8 +106,8 @@ def run_single(
     finally:
         node.backend.close()
         close = getattr(node.transport, "close", None)
-        if close:
-            close()
+        if close and not getattr(node.transport, "keep_open", False):
+            close()  # a student's dashboard keeps its node open to hear the class end
     return node
 
 

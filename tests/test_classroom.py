@@ -9,6 +9,7 @@ count below is certain; tests/test_classroom_cli.py runs the same on the tiny mo
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from pathlib import Path
@@ -368,6 +369,54 @@ def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
         server.stop()
 
 
+def test_over_nats_the_hosts_goodbye_reaches_a_student_with_no_other_path(tmp_path) -> None:
+    """Issue 28: the goodbye went on every path but NATS. A student whose only path is the NATS
+    server is told the class ended; junk and an oversized message on the end subject (anyone
+    with publish rights can send them) are counted, never heeded."""
+    import nats
+    from nats_util import NatsServer, free_ports, require_binary
+
+    port, monitor = free_ports(2)
+    (tmp_path / "nats").mkdir()
+    server = NatsServer(require_binary(), tmp_path / "nats", "n1", port, monitor).start()
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, relay=server.url)
+    h = ClassHost(cfg, HostOptions(address="127.0.0.1", web=""), identity=Identity.generate())
+    h.log.fallback = lambda _m: None
+    joined = None
+    try:
+        h.start()
+        j = joined = student(h, tmp_path, "ada")
+        j.transport.manual = []  # no direct link to the host: NATS only
+        j.transport.start()
+        nr = j.transport.nats
+        assert j.transport.wait_for(lambda: nr.up and nr.end_listening, 10), j.transport.describe()
+        assert h.transport.wait_for(lambda: h.transport.nats.up, 10)
+
+        async def attack() -> None:
+            nc = await nats.connect(server.url)
+            await nc.publish(nr.end_subject, b"junk")
+            await nc.publish(nr.end_subject, b"x" * (100 << 10))  # opened by nobody
+            await nc.publish(nr.end_subject, b"x" * (1 << 20))  # over the queue's bytes
+            await nc.flush()
+            await nc.close()
+
+        asyncio.run(attack())
+        assert j.transport.wait_for(lambda: j.transport.counters["nats_end_in"] >= 2, 10), (
+            j.transport.counters
+        )
+        assert j.transport.wait_for(lambda: j.transport.counters["nats_junk"] >= 1, 10)
+        assert not j.class_ended.is_set()
+        said = []
+        h.end(said.append)
+        assert j.class_ended.wait(10)
+        assert said and said[0].startswith("told the class it ended (1 link)")
+    finally:
+        if joined is not None:
+            joined.transport.close()
+        h.close()
+        server.stop()
+
+
 class _HoldTraining(Quiet):
     """Holds its round at the training phase until `go` is set (bounded), so the test can look
     at the class while the round is under way."""
@@ -403,6 +452,10 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         linked(j)
         assert host.describe().startswith(
             "1 member · 1 linked directly (1 manual), 0 via the relay"
+        )
+        # the student's header: the host, linked directly, is not "0 nodes heard" on the relay
+        assert "1 peer connected (1 manual); relay up, 0 more heard through it" in (
+            j.transport.describe()
         )
         inner = _HoldTraining()
         node = node_of(j.cfg, j.transport, "ada", j.callback(inner))
@@ -520,6 +573,30 @@ def test_the_host_says_goodbye_on_every_path_and_students_are_told(host, tmp_pat
     finally:
         for j in (direct, far):
             j.transport.close()
+
+
+def test_a_student_whose_rounds_are_done_is_still_told_the_class_ended(
+    host, tmp_path, tiny_qwen
+) -> None:
+    """Issue 28: a student whose run had ended (its dashboard still on screen) was never told
+    the class ended: its node had closed with its last round. The dashboard keeps it open
+    (`keep_open`) until the student quits."""
+    from sapo_edge.runner import run_single
+
+    j = student(host, tmp_path, "ada")
+    j.transport.keep_open = True  # what the student's dashboard sets (tui/joined.py)
+    small = dict(questions_per_round=1, group_size=2, max_new_tokens=4, local_samples=1)
+    cfg = dataclasses.replace(j.cfg, model=str(tiny_qwen), rounds=1, external_samples=0, **small)
+    try:
+        node = run_single(cfg, j.callback(Quiet()), lambda _m: None, None, j.transport)
+        assert node.round == 1  # its rounds are done
+        assert j.transport.wait_for(
+            lambda: host.transport.ident.node_id in j.transport.connected(), 10
+        )
+        host.end(lambda _m: None)
+        assert j.class_ended.wait(10)
+    finally:
+        j.transport.close()
 
 
 def test_a_slow_laptop_in_a_qwen_class_joins_with_lighter_work_and_is_told(tmp_path: Path) -> None:

@@ -98,9 +98,11 @@ class Joined:
     def hear_the_host(self) -> None:
         """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
         is set and `on_class_ended` called once. Members' progress and stats that reach this
-        laptop are verified and counted as before, and otherwise ignored; over NATS this adds
-        no subscription (students do not receive each other's stats there)."""
+        laptop are verified and counted as before, and otherwise ignored; over NATS a student
+        hears the room's end subject only (not each other's stats)."""
         host_id = self.invite.host_id
+        if self.transport.nats is not None:
+            self.transport.nats.want_end = True
 
         def heard(v: Any) -> None:
             p = v.progress

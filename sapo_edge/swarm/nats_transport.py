@@ -35,6 +35,7 @@ from .shards import (
 
 SCHEMES = ("nats", "tls")
 CLASS_PREFIX = "sapo-class"  # members' stats: f"{CLASS_PREFIX}.{relay_id}", outside the tree
+MAX_END_BYTES = 8 << 10  # the host's sealed goodbye (a progress message) is well under this
 ENV_USER, ENV_PASSWORD, ENV_TOKEN, ENV_CA = (
     "SAPO_EDGE_NATS_USER",
     "SAPO_EDGE_NATS_PASSWORD",
@@ -79,6 +80,12 @@ def nats_servers(url: str) -> list[str]:
 
 def class_subject(relay_id: str) -> str:
     return f"{CLASS_PREFIX}.{relay_id}"
+
+
+def end_subject(relay_id: str) -> str:
+    """The host's goodbye (a signed progress "ended"): in the room's tree, so a per-room user
+    may use it already, and no leaf (hex digits) is ever this subject."""
+    return f"{room_subject(relay_id)}.end"
 
 
 def room_subjects(relay_id: str) -> list[str]:
@@ -173,6 +180,10 @@ class NatsRoute:
         self.stats_subject = class_subject(relay_id)  # no room subscription ("sapo.ID.>") matches
         self.want_stats = False
         self.stats_listening = False  # the server has the stats subscription
+        # the host's goodbye, heard by a student (join sets want_end); a few small messages
+        self.end_subject = end_subject(relay_id)
+        self.want_end = False
+        self.end_listening = False
         self._tasks: set[asyncio.Task] = set()
         self._connect_task: asyncio.Task | None = None
         self._closing = False
@@ -186,6 +197,7 @@ class NatsRoute:
             self._set_up(True)
             await self._subscribe(self.planner.fan)
             await self._subscribe_stats()
+            await self._subscribe_end()
             return
         self._connect_task = asyncio.get_running_loop().create_task(self._connect_loop())
 
@@ -229,6 +241,7 @@ class NatsRoute:
         self.log(f"NATS: connected to {self.server}")
         await self._subscribe(self.planner.fan)
         await self._subscribe_stats()
+        await self._subscribe_end()
 
     async def close(self) -> None:
         self._closing = True
@@ -329,6 +342,53 @@ class NatsRoute:
         with self.lock:
             self.stats_listening = True
             self.lock.notify_all()
+
+    async def _subscribe_end(self) -> None:
+        """The host's goodbye subject, for a student (re-subscribed by the client after a
+        reconnect by itself). Its queue is small: the host sends one message."""
+        if not self.want_end or self.nc is None or self.nc.is_closed:
+            return
+        await self.nc.subscribe(
+            self.end_subject,
+            cb=self._on_end_msg,
+            pending_msgs_limit=64,
+            pending_bytes_limit=64 * MAX_END_BYTES,
+        )
+        try:
+            await self.nc.flush(timeout=5)
+        except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
+            return
+        with self.lock:
+            self.end_listening = True
+            self.lock.notify_all()
+
+    async def _on_end_msg(self, msg) -> None:
+        """Anyone with publish rights may send here: bounded before it is opened, then checked
+        like any member's stats (only the host's signed "ended" is heeded: join.py)."""
+        with self.lock:
+            self.counters["nats_end_in"] += 1
+            self.lock.notify_all()
+        if len(msg.data) > MAX_END_BYTES:
+            with self.lock:
+                self.counters["nats_junk"] += 1
+            self.intake.reject_route(self.key, "too_large")
+            return
+        self.intake.accept(self.key, "relay", msg.data, stats_only=True)
+
+    async def say_goodbye(self, sealed: bytes, timeout: float) -> bool:
+        """Publish the host's goodbye on the end subject and wait (at most `timeout`) until the
+        server has it; False when NATS is down or the wait ran out."""
+        nc = self.nc
+        if not self.up or nc is None or nc.is_closed or len(sealed) > MAX_END_BYTES:
+            return False
+        try:
+            await nc.publish(self.end_subject, sealed)
+            await nc.flush(timeout=max(0.1, timeout))
+        except Exception:  # noqa: BLE001 - a closing or reconnecting client: not delivered
+            return False
+        with self.lock:
+            self.counters["nats_goodbyes"] += 1
+        return True
 
     async def _on_stats_msg(self, msg) -> None:
         with self.lock:

@@ -189,7 +189,8 @@ class NetworkTransport(StatsChannel, LinkLayer):
         return self.intake.drain()
 
     def describe(self) -> str:
-        """e.g. '2 peers connected (1 lan, 1 manual); relay up, 3 nodes heard in 5 min'."""
+        """e.g. '2 peers connected (1 lan, 1 manual); relay up, 3 more heard through it in 5 min'
+        ('0 peers connected; relay up, 3 nodes heard in 5 min' when the relay carries all)."""
         recent = time.time() - 300.0
         with self._lock:
             direct = [s.via for k, s in self._stats.items() if k in self._links and s.node_id]
@@ -204,6 +205,8 @@ class NetworkTransport(StatsChannel, LinkLayer):
         if vias:
             text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(vias.items())) + ")"
         nodes = f"{heard} node{'s' if heard != 1 else ''} heard in 5 min"
+        if direct:  # nodes linked directly are counted there, not again as heard via the relay
+            nodes = f"{heard} more heard through it in 5 min"
         if self.nats is not None:
             text += f"; {self.nats.describe()}, {nodes}"
         elif self.relay_url:

@@ -462,8 +462,9 @@ class StatsChannel:
         sender.offer(progress)
 
     def send_goodbye(self, progress: Progress, timeout: float = 3.0) -> int:
-        """Send `progress` (the host's "ended") at once on every link, and wait (at most
-        `timeout`) until each link's socket has taken it; returns the links that took it."""
+        """Send `progress` (the host's "ended") at once on every link and NATS's end subject, and
+        wait (at most `timeout`) until each link's socket (and the NATS server) has taken it;
+        returns the links that took it (NATS counts as one)."""
         if self._loop is None or not self._loop.is_running():
             return 0
         fut = asyncio.run_coroutine_threadsafe(self._goodbye(progress, timeout), self._loop)
@@ -481,11 +482,13 @@ class StatsChannel:
             link.outbox.put(KIND_SEALED, sealed)
             waits.append((link, link.outbox.sent + len(link.outbox.queue)))
         deadline = time.monotonic() + timeout
+        nats = getattr(self, "nats", None)  # and the NATS end subject, which students hear
+        said = nats is not None and await nats.say_goodbye(sealed, timeout)
         while time.monotonic() < deadline and any(
             o.outbox.sent < n and not o.ws.closed for o, n in waits
         ):
             await asyncio.sleep(0.02)
-        return sum(o.outbox.sent >= n for o, n in waits)
+        return sum(o.outbox.sent >= n for o, n in waits) + int(said)
 
     def _send_progress(self, progress: Progress) -> None:
         msg, stats_id = make_progress(self.ident, self.keys, progress)

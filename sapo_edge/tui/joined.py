@@ -26,9 +26,13 @@ def run_join_dashboard(joined: Joined) -> int:
             warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
             clear=lambda title: callback.post(ProblemCleared(title)),
         ).start()
+        joined.transport.keep_open = True  # after its rounds: still told when the class ends
         try:
             return run_single(cfg, joined.callback(callback), log, control, joined.transport)
         finally:
             watcher.stop()
 
-    return run_dashboard(joined.cfg, run=run)
+    try:
+        return run_dashboard(joined.cfg, run=run)
+    finally:
+        joined.transport.close()  # the student quit: it leaves the class's network
