@@ -482,6 +482,43 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         j.transport.close()
 
 
+def test_a_student_has_a_row_from_admission_on(host, tmp_path) -> None:
+    """Issue 28: a row appeared only once a student's network had started and its progress
+    reached the host; a laptop admitted but reaching the class by no path never showed. The
+    joiner says who it is in its admission (boxed under the code's key): its row says "joining"
+    at once, and its own signed progress takes over."""
+    ident = Identity.generate()
+    j = student(host, tmp_path, "ada", ident)
+    row = _row(host, ident.node_id)
+    assert row is not None and row.state == "joining" and row.rounds == 0 and row.name == "ada"
+    j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
+    j.start_network()
+    try:
+        assert host.transport.wait_for(
+            lambda: getattr(_row(host, ident.node_id), "state", "") == "loading the model", 10
+        )
+    finally:
+        j.transport.close()
+
+
+def test_a_joiners_word_about_who_it_is_must_open_under_the_codes_key(host) -> None:
+    """Only a code holder's box adds a row: one sealed under another key is ignored (the
+    admission itself stands on the code), and nobody names the host's own row."""
+    from sapo_edge.swarm import admission
+
+    key = b"k" * 32
+    assert admission._who(key, admission._who_box(key, "a" * 32, "ada")) == ("a" * 32, "ada")
+    assert admission._who(key, admission._who_box(b"x" * 32, "a" * 32, "ada")) is None
+    assert admission._who(key, "zz") is None and admission._who(key, "") is None
+    bad = admission._who_box(key, "A" * 32, "ada")  # not lowercase hex: not a node id
+    assert admission._who(key, bad) is None
+    before = len(host.board.members)
+    host._admitted(host.board.host_id, "impostor")
+    assert len(host.board.members) == before
+    host._admitted("b" * 32, "x\x1b[31m\u202ey")  # a hostile joiner's name: text only
+    assert _row(host, "b" * 32).name.isprintable()
+
+
 def test_a_flood_of_fresh_identities_cannot_keep_a_later_student_off_the_board(
     host, tmp_path
 ) -> None:

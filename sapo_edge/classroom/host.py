@@ -251,6 +251,7 @@ class ClassHost:
             self.out_dir / CLASS_FILE, host_id=ident.node_id, received=self.received_counts
         )
         self.transport.on_stats = self.board.on_stats
+        self.admissions.on_admitted = self._admitted
         try:
             self.transport.start()
         except BaseException:
@@ -310,6 +311,13 @@ class ClassHost:
             self.transport.close(final=True)
         if self.services is not None:
             self.services.close()
+
+    def _admitted(self, node_id: str, name: str) -> None:
+        """A newcomer was admitted and said who it is: its row, "joining", from now on (its own
+        signed progress takes over within seconds; a row that stays "joining" is a laptop
+        that got in but reaches the class by no path)."""
+        if self.board is not None and node_id != self.board.host_id:
+            self.board.record_progress(node_id, Progress("joining", name=printable(name, 40)))
 
     # ------------------------------------------------------------------ the code
     def new_code(self) -> str:

@@ -70,10 +70,13 @@ def admission_message(e: AdmissionError, code: JoinCode) -> str:
     return reasons.get(e.reason) or f"joining failed ({e.reason}): {clean(str(e), 200)}"
 
 
-def admit(code: JoinCode, timeout: float = 15.0) -> tuple[Grant, Invite]:
-    """The room's key and the class's settings, or JoinError (nothing learnt on a wrong code)."""
+def admit(
+    code: JoinCode, timeout: float = 15.0, who: tuple[str, str] | None = None
+) -> tuple[Grant, Invite]:
+    """The room's key and the class's settings, or JoinError (nothing learnt on a wrong code).
+    `who`: this laptop's (node id, name), so the class view has its row from now on."""
     try:
-        grant = join_room(code.address, code.words, timeout=timeout)
+        grant = join_room(code.address, code.words, timeout=timeout, who=who)
     except AdmissionError as e:
         raise JoinError(admission_message(e, code)) from None
     except TimeoutError:
@@ -180,7 +183,13 @@ def join_class(
     """Admission, then this laptop's settings and node; JoinError / ConfigError say what to do.
     `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags."""
     code = parse_code(code_text)
-    grant, invite = admit(code, timeout)
+    if identity is None:
+        from ..runs import hold_identity
+        from ..swarm.identity import default_identity_path, load_or_create
+
+        identity, _ = load_or_create()
+        hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
+    grant, invite = admit(code, timeout, (identity.node_id, local.get("name") or identity.name))
     cfg = class_config(invite, local)
     notes = [f"joined {clean(invite.host_name, 40)}'s class: {describe_task(invite.settings)}"]
     if local.get("model") and local["model"] != invite.settings.get("model"):
@@ -210,12 +219,6 @@ def join_class(
     if verdict == "warn":
         notes.append(f"memory: {text}")
     keys = room_keys(grant.room, grant.secret)
-    if identity is None:
-        from ..runs import hold_identity
-        from ..swarm.identity import default_identity_path, load_or_create
-
-        identity, _ = load_or_create()
-        hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
     default_name = Config.__dataclass_fields__["name"].default
     name = identity.name if cfg.name == default_name else cfg.name
     cfg = dataclasses.replace(cfg, room=grant.room, name=name)

@@ -54,6 +54,7 @@ from .words import WORDS
 ID_JOINER, ID_MEMBER = b"sapo-edge/2 joiner", b"sapo-edge/2 member"
 MAX_EXTRA_CHARS = 16 << 10  # Grant.extra: the classroom's settings as JSON
 MAX_WELCOME_BYTES = 96 << 10  # the welcome (hex box of the grant): what a joiner accepts
+WHO_BYTES = 256  # the joiner's boxed node id and name: at most this many bytes
 _SPECS = {
     "admit": {
         "type": ("str", 16),
@@ -62,10 +63,13 @@ _SPECS = {
         "pake": ("str", 200),
     },
     "pake": {"type": ("str", 16), "pake": ("str", 200)},
-    "confirm": {"type": ("str", 16), "mac": ("hex", 64)},
+    "confirm": {"type": ("str", 16), "mac": ("hex", 64), "who": ("str", 2 * WHO_BYTES)},
     "welcome": {"type": ("str", 16), "box": ("str", MAX_WELCOME_BYTES - 64)},
 }
 _GRANT = {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)}
+# who the joiner is (its node id and name), boxed under the SPAKE2 key in its confirm, so the
+# class view has its row from admission on; "" when it says nothing
+_WHO = {"node_id": ("hex", 32), "name": ("str", 40)}
 
 
 class AdmissionError(Exception):
@@ -119,6 +123,9 @@ class Admissions:
     clock: Callable[[], float] = time.monotonic
     codes: dict[str, _Code] = field(default_factory=dict)  # nameplate -> code
     log: Callable[[str], None] = lambda _m: None
+    # called on the network loop with (node id, name) a newcomer gave in its admission (boxed
+    # under the code's key: only a code holder's word, like the code itself); must be quick
+    on_admitted: Callable[[str, str], None] | None = None
 
     last_nameplate: int = 0  # numbers go round 1..999: a retired number is not reused at once
 
@@ -207,8 +214,34 @@ def _confirm(key: bytes) -> bytes:
     return hmac.new(key, b"sapo-edge/2 admit joiner confirms", hashlib.sha256).digest()
 
 
-def _box_key(key: bytes) -> bytes:
-    return HKDF(hashes.SHA256(), 32, None, b"sapo-edge/2 admit box").derive(key)
+def _box_key(key: bytes, what: bytes = b"sapo-edge/2 admit box") -> bytes:
+    return HKDF(hashes.SHA256(), 32, None, what).derive(key)
+
+
+_WHO_KEY = b"sapo-edge/2 admit joiner says who"
+
+
+def _who_box(key: bytes, node_id: str, name: str) -> str:
+    plain = dumps_canonical({"node_id": node_id, "name": name[:40]}).encode("utf-8")
+    nonce = os.urandom(12)
+    box = nonce + ChaCha20Poly1305(_box_key(key, _WHO_KEY)).encrypt(nonce, plain, b"who")
+    if len(box) > WHO_BYTES:
+        raise ValueError(f"who the joiner is takes {len(box)} bytes, over {WHO_BYTES}.")
+    return box.hex()
+
+
+def _who(key: bytes, box_hex: str) -> tuple[str, str] | None:
+    """(node id, name) from a joiner's box; None when it gave none or it does not hold up
+    (it is counted by the caller as a joiner that said nothing: the admission stands)."""
+    if not box_hex:
+        return None
+    try:
+        box = bytes.fromhex(box_hex)
+        plain = ChaCha20Poly1305(_box_key(key, _WHO_KEY)).decrypt(box[:12], box[12:], b"who")
+        d = check_fields(load(plain, WHO_BYTES), _WHO, "who")
+    except (InvalidTag, ValueError, ProtocolError):
+        return None
+    return d["node_id"], d["name"]
 
 
 PAKE_BYTES = 33  # a side byte and an Ed25519 group element
@@ -300,6 +333,7 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
         confirm = await _read(ws, "confirm")
         if not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
             raise AdmissionError("wrong_code", "wrong code.")
+        who = _who(key, confirm["who"])
         grant = admissions.grant
         plain = dumps_canonical(
             {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": grant.extra}
@@ -310,25 +344,33 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
         ok = True
     finally:
         admissions.end(c, ok, ip)
+    if who is not None and admissions.on_admitted is not None:
+        try:
+            admissions.on_admitted(*who)
+        except Exception as e:  # noqa: BLE001 - a view's bug must not fail the admission
+            admissions.log(f"class view: could not add the newcomer's row: {e}")
 
 
 # --- the joining side ---------------------------------------------------------------------------
 
 
-async def join(address: str, code: str, *, timeout: float = 15.0) -> Grant:
+async def join(
+    address: str, code: str, *, timeout: float = 15.0, who: tuple[str, str] | None = None
+) -> Grant:
     """Ask the member at `address` (HOST:PORT or ws://...) for the room behind `code`; a busy
-    code (others joining at the same moment) is retried until `timeout`."""
+    code (others joining at the same moment) is retried until `timeout`. `who`: this node's
+    (id, name), told the admitting side under the code's key (a class view's row)."""
     async with asyncio.timeout(timeout):
         while True:
             try:
-                return await _join_once(address, code)
+                return await _join_once(address, code, who)
             except AdmissionError as e:
                 if e.reason != "busy":
                     raise
             await asyncio.sleep(0.1 + secrets.randbelow(300) / 1000)
 
 
-async def _join_once(address: str, code: str) -> Grant:
+async def _join_once(address: str, code: str, who: tuple[str, str] | None = None) -> Grant:
     code = normalise(code)
     nameplate = code.split("-", 1)[0]
     if not nameplate.isdigit() or code.count("-") < 2:
@@ -356,7 +398,8 @@ async def _join_once(address: str, code: str) -> Grant:
             )
             reply = await _read(ws, "pake")
             key = _finish(joiner, reply["pake"], "the member's SPAKE2 message is not usable.")
-            await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex()))
+            said = _who_box(key, *who) if who is not None else ""
+            await ws.send_bytes(_msg("confirm", mac=_confirm(key).hex(), who=said))
             box_hex = (await _read(ws, "welcome", MAX_WELCOME_BYTES))["box"]
             try:
                 box = bytes.fromhex(box_hex)
@@ -376,6 +419,8 @@ async def _join_once(address: str, code: str) -> Grant:
             await ws.close()
 
 
-def join_room(address: str, code: str, *, timeout: float = 15.0) -> Grant:
+def join_room(
+    address: str, code: str, *, timeout: float = 15.0, who: tuple[str, str] | None = None
+) -> Grant:
     """join() for code that is not async (the CLI)."""
-    return asyncio.run(join(address, code, timeout=timeout))
+    return asyncio.run(join(address, code, timeout=timeout, who=who))
