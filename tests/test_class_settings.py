@@ -259,3 +259,43 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
             assert banner.display  # a fatal error is never cleared
 
     asyncio.run(drive())
+
+
+def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> None:
+    """Issue 28: a student's dashboard stays in the class after its rounds (to hear the end);
+    once the host has ended the class, its paths going away is no reason for a warning."""
+    import threading
+    import time
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from sapo_edge.classroom.join import PathWatcher
+
+    looks = []
+    transport = SimpleNamespace(
+        port=1,
+        mdns=False,
+        counters=Counter(),
+        connected=lambda: looks.append(1) or [],
+        peers=lambda: [],
+    )
+    joined = SimpleNamespace(
+        transport=transport,
+        code=parse_code("7-acorn-zinnia@192.168.1.20:7745"),
+        relay="ws://h:1",
+        host_address="h:1",
+        invite=SimpleNamespace(node_port=7744, relay_port=7745),
+        class_ended=threading.Event(),
+    )
+    joined.class_ended.set()
+    warned = []
+    watcher = PathWatcher(
+        joined, lambda _t: None, lambda t, _r: warned.append(t), every=0.01, no_path_after=0.0
+    ).start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(looks) < 30 and time.monotonic() < deadline:  # 30 looks, none warned
+            time.sleep(0.01)
+    finally:
+        watcher.stop()
+    assert len(looks) >= 30 and warned == []

@@ -344,8 +344,9 @@ class PathWatcher:
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
-            if ok or not self.joined.transport.port:  # connected, or not started yet
-                lost_since = self.clock()
+            ended = getattr(self.joined, "class_ended", None)
+            if ok or not self.joined.transport.port or (ended is not None and ended.is_set()):
+                lost_since = self.clock()  # connected, not started yet, or no class to reach
                 if warned and ok:
                     warned = False
                     self.clear(NO_PATH_TITLE)
@@ -377,8 +378,13 @@ def expired_count(transport: Any) -> int:
 CLASS_ENDED_TITLE = "The class has ended"
 
 
-def class_ended_remedy(stop: str) -> str:
-    """What a student is told when the host ends the class; `stop`: the key or keys to stop."""
+def class_ended_remedy(stop: str, *, done: bool = False) -> str:
+    """What a student is told when the host ends the class; `stop`: the key or keys to stop;
+    `done`: this laptop's rounds are already done."""
+    if done:
+        return (
+            f"The teacher ended the class. This laptop's rounds are done and saved: {stop} quits."
+        )
     return (
         "The teacher ended the class. It is your choice: this laptop goes on training alone (with "
         "any classmates still running) until its rounds are done, its run saved as it goes; or "

@@ -4,6 +4,7 @@ what to check when none does."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..classroom.join import CLASS_ENDED_TITLE, Joined, PathWatcher, class_ended_remedy
@@ -12,27 +13,37 @@ from .messages import Problem, ProblemCleared
 
 
 def run_join_dashboard(joined: Joined) -> int:
+    watchers: list[PathWatcher] = []
+    done = threading.Event()  # this laptop's rounds are over (its dashboard stays in the class)
+
     def run(cfg: Any, callback: Any, log: Any, control: Any) -> Any:
         from ..runner import run_single
 
         for note in joined.notes:
             log(f"room: {note}")
         joined.start_network()  # the class sees this laptop while its model loads
-        ended = Problem(CLASS_ENDED_TITLE, class_ended_remedy("q"), fatal=False)
-        joined.on_class_ended.append(lambda: callback.post(ended))
-        watcher = PathWatcher(
-            joined,
-            say=lambda text: callback.on_message(cfg.name, text),
-            warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
-            clear=lambda title: callback.post(ProblemCleared(title)),
-        ).start()
+        joined.on_class_ended.append(
+            lambda: callback.post(
+                Problem(CLASS_ENDED_TITLE, class_ended_remedy("q", done=done.is_set()), fatal=False)
+            )
+        )
+        watchers.append(
+            PathWatcher(
+                joined,
+                say=lambda text: callback.on_message(cfg.name, text),
+                warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
+                clear=lambda title: callback.post(ProblemCleared(title)),
+            ).start()
+        )
         joined.transport.keep_open = True  # after its rounds: still told when the class ends
         try:
             return run_single(cfg, joined.callback(callback), log, control, joined.transport)
         finally:
-            watcher.stop()
+            done.set()
 
     try:
         return run_dashboard(joined.cfg, run=run)
-    finally:
-        joined.transport.close()  # the student quit: it leaves the class's network
+    finally:  # the student quit: it leaves the class's network
+        for w in watchers:
+            w.stop()
+        joined.transport.close()
