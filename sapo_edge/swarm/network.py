@@ -27,7 +27,7 @@ from .nats_transport import NatsRoute, is_nats_url
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .roomkey import RoomKeys, describe_room, room_keys
-from .stats import StatsChannel
+from .stats_channel import StatsChannel
 
 
 class NetworkTransport(StatsChannel, LinkLayer):
