@@ -16,6 +16,7 @@ from swarm_util import KEYS, WAIT, RelayThread, batch_for, connect, sealed
 from sapo_edge.rollout import RolloutGroup, encode_batch
 from sapo_edge.sampling import ExternalPool
 from sapo_edge.swarm.batches import make_rollouts, seal
+from sapo_edge.swarm.dialing import MAX_LAN_DIALS
 from sapo_edge.swarm.discovery import MAX_RESOLVING, LanDiscovery
 from sapo_edge.swarm.guard import (
     ACCEPT_LOG_FILTER,
@@ -24,7 +25,6 @@ from sapo_edge.swarm.guard import (
     raise_fd_limit,
 )
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.swarm.links import MAX_LAN_DIALS
 from sapo_edge.tasks import TaskRef
 
 

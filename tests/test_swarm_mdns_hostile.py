@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from swarm_util import net
 
+from sapo_edge.swarm.dialing import MAX_LAN_DIALS
 from sapo_edge.swarm.discovery import MAX_FOUND
-from sapo_edge.swarm.links import MAX_LAN_DIALS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 

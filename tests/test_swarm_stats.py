@@ -22,10 +22,10 @@ from sapo_edge.swarm.roomkey import new_room_key
 from sapo_edge.swarm.stats import (
     MAX_PRODUCERS,
     RoundStats,
-    StatsVerifier,
     make_progress,
     make_stats,
 )
+from sapo_edge.swarm.stats_intake import StatsVerifier
 
 OTHER = "ab" * 16
 

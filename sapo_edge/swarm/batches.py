@@ -173,7 +173,7 @@ class RolloutVerifier:
 
     def open(self, sealed: bytes) -> Rollouts | Stats:
         """Unseal and parse the envelope (the signature is checked by verify(), or for a
-        stats message by stats.StatsVerifier)."""
+        stats message by stats_intake.StatsVerifier)."""
         return self.parse(unseal(self.keys, sealed))
 
     def parse(self, envelope: bytes) -> Rollouts | Stats:

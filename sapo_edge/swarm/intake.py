@@ -2,7 +2,7 @@
 websocket, the relay's, a NATS subscription): open, verify, charge whoever is provably at fault
 (the signer, or else the route), rate-limit the sender and hand the batch to the byte-bounded
 fair inbox. One copy of this path: NetworkTransport and the scale harness's nodes both use it.
-A sealed members' stats message (the class view's) goes to stats.StatsIntake instead.
+A sealed members' stats message (the class view's) goes to stats_intake.StatsIntake instead.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .inbox import FairInbox
 from .peerbook import PeerBook
 from .protocol import ProtocolError, Stats
 from .roomkey import RoomKeys
-from .stats import StatsIntake
+from .stats_intake import StatsIntake
 
 
 class Intake:

@@ -2,7 +2,7 @@
 the room and queued to every link; sealed batches that arrive are opened, verified, charged to
 whoever is provably at fault (the signer, or else the route) and handed to the trainer through a
 byte-bounded, fair inbox. publish() and receive() never wait for the network. The links
-themselves (listening, dialing, handshakes) are in links.py.
+themselves are in links.py (listening), dialing.py (dialing) and link_life.py (one link).
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from .guard import GuardLimits
 from .handshake import KIND_SEALED
 from .identity import Identity
 from .intake import Intake
-from .links import Link, LinkLayer
+from .link_life import Link
+from .links import LinkLayer
 from .nats_transport import NatsRoute, is_nats_url
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .roomkey import RoomKeys, describe_room, room_keys
-from .stats import StatsChannel
+from .stats_channel import StatsChannel
 
 
 class NetworkTransport(StatsChannel, LinkLayer):

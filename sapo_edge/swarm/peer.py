@@ -69,7 +69,7 @@ class Outbox:
         self.bytes = 0
         self.dropped = 0
         self.sent = 0
-        self.owner: Any = None  # the link it sends on now (links.py), None while detached
+        self.owner: Any = None  # the link it sends on now (link_life.py), None while detached
         self._ready = asyncio.Event()
         self._sending = asyncio.Lock()
         self.task = asyncio.get_running_loop().create_task(self._run())

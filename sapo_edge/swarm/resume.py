@@ -1,6 +1,6 @@
 """Noticing that this process stood still: a laptop that slept (its monotonic clock paused, its
 wall clock did not) or a process that was stopped (both clocks ran on). GapWatch compares both
-clocks with its last tick; the links layer re-dials at once after a gap (links._on_resume)."""
+clocks with its last tick; the links layer re-dials at once after a gap (dialing._on_resume)."""
 
 from __future__ import annotations
 
