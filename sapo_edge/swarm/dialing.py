@@ -97,7 +97,7 @@ class Dialing:
 
     def _on_found(self, node_id: str, host: str, port: int) -> None:
         """An advert in our room: remember the address and keep one dial loop per node id."""
-        if node_id == self.ident.node_id:
+        if node_id == self.ident.node_id or getattr(self, "_stopping", False):
             return
         target = f"{host}:{port}"
         self._trace("advert", peer=node_id, at=target, linked=node_id in self._links)

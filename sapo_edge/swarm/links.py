@@ -189,6 +189,7 @@ class LinkLayer(Dialing, LinkLife):
             self._spawn(self._start_discovery())
 
     async def _shutdown(self) -> None:
+        self._stopping = True  # an advert heard while discovery closes starts no dial loop
         for t in list(self._dials.values()) + list(self._tasks):
             t.cancel()
         for d in self._lan_dials.values():
