@@ -288,9 +288,9 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
         class_ended=threading.Event(),
     )
     joined.class_ended.set()
-    warned = []
+    warned, said = [], []
     watcher = PathWatcher(
-        joined, lambda _t: None, lambda t, _r: warned.append(t), every=0.01, no_path_after=0.0
+        joined, said.append, lambda t, _r: warned.append(t), every=0.01, no_path_after=0.0
     ).start()
     try:
         deadline = time.monotonic() + 20
@@ -299,3 +299,4 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
     finally:
         watcher.stop()
     assert len(looks) >= 30 and warned == []
+    assert said == ["class: the class has ended (the teacher's q)"]  # not "trying the LAN"

@@ -341,11 +341,14 @@ class PathWatcher:
             elif clock_warned and expired == 0:  # the class's messages are accepted now
                 clock_warned = False
                 self.clear(CLOCK_TITLE)
+            ended = getattr(self.joined, "class_ended", None)
+            over = ended is not None and ended.is_set()
+            if over and not ok:  # the host has gone: nothing to reach, nothing to try
+                text = "the class has ended (the teacher's q)"
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
-            ended = getattr(self.joined, "class_ended", None)
-            if ok or not self.joined.transport.port or (ended is not None and ended.is_set()):
+            if ok or not self.joined.transport.port or over:
                 lost_since = self.clock()  # connected, not started yet, or no class to reach
                 if warned and ok:
                     warned = False
