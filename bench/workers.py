@@ -462,9 +462,10 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
 # ------------------------------------------------------------------------- node (scaling)
 def run_node(spec: Spec) -> None:
     from sapo_edge.backends import load_backend
+    from sapo_edge.metrics import PrintCallback
     from sapo_edge.rollout import RolloutGroup, encode_batch
     from sapo_edge.swarm.transport import InProcessHub
-    from sapo_edge.trainer import Node, PrintCallback
+    from sapo_edge.trainer import Node
 
     cfg = spec.config(external_samples=4 if spec.external else 0)
     hub = InProcessHub()
