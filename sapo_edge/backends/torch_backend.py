@@ -1,4 +1,5 @@
-"""PyTorch backend (CUDA, MPS or CPU): batched KV-cache generation and the LoRA GRPO/DAPO step.
+"""PyTorch backend (CUDA, MPS or CPU): batched KV-cache generation and the LoRA GRPO/DAPO step
+(the step's loss in torch_loss.py).
 
 Nodes in one process that load the same model directory share one copy of the base weights;
 each node owns a named peft LoRA adapter and its own AdamW optimizer.
