@@ -30,7 +30,8 @@ from pathlib import Path
 from sapo_edge.config import Config
 from sapo_edge.prompts import build_messages
 from sapo_edge.rewards import RewardConfig, score_completion
-from sapo_edge.tasks import ONE_DIGIT_ADDITION, TaskSampler, regenerate
+from sapo_edge.task_sampler import TaskSampler
+from sapo_edge.tasks import ONE_DIGIT_ADDITION, regenerate
 
 # The work of every worker: one-digit addition scored leniently (the demo's and the sweep's
 # task). SmolLM2-135M gets ~0.1-0.3 on it, so the rewards within a group of completions differ

@@ -23,7 +23,7 @@ from .runs import prepare_out_dir
 from .stopping import exit_code, stop_signals
 from .summary import exit_summary
 from .swarm.transport import InProcessHub, NullTransport, Transport
-from .tasks import TaskSampler
+from .task_sampler import TaskSampler
 from .trainer import Callback, Node
 
 

@@ -34,7 +34,8 @@ from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_sub
 from .swarm.peers import PeerTally
 from .swarm.transport import Transport
 from .targeting import Success, targeted_limit, wanted
-from .tasks import TaskError, TaskSampler, node_seed, regenerate
+from .task_sampler import TaskSampler, node_seed
+from .tasks import TaskError, regenerate
 
 
 @dataclass
