@@ -94,7 +94,7 @@ def spawn(argv: list[str], log: Path, tap: mmap.mmap | None = None, fire=None) -
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # not a test runner's capture
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         if tap is not None:
-            from sapo_edge.trainer import PrintCallback
+            from sapo_edge.metrics import PrintCallback
 
             def on_phase(self, node, phase: str) -> None:
                 tap[: _TAP.size] = _TAP.pack(node.round, PHASES.index(phase) + 1)

@@ -30,7 +30,8 @@ from pathlib import Path
 from sapo_edge.config import Config
 from sapo_edge.prompts import build_messages
 from sapo_edge.rewards import RewardConfig, score_completion
-from sapo_edge.tasks import ONE_DIGIT_ADDITION, TaskSampler, regenerate
+from sapo_edge.task_sampler import TaskSampler
+from sapo_edge.tasks import ONE_DIGIT_ADDITION, regenerate
 
 # The work of every worker: one-digit addition scored leniently (the demo's and the sweep's
 # task). SmolLM2-135M gets ~0.1-0.3 on it, so the rewards within a group of completions differ
@@ -462,9 +463,10 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
 # ------------------------------------------------------------------------- node (scaling)
 def run_node(spec: Spec) -> None:
     from sapo_edge.backends import load_backend
+    from sapo_edge.metrics import PrintCallback
     from sapo_edge.rollout import RolloutGroup, encode_batch
     from sapo_edge.swarm.transport import InProcessHub
-    from sapo_edge.trainer import Node, PrintCallback
+    from sapo_edge.trainer import Node
 
     cfg = spec.config(external_samples=4 if spec.external else 0)
     hub = InProcessHub()

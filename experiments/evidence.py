@@ -107,8 +107,8 @@ def heldout_per_node(nodes: int, target: float = SE_TARGET) -> int:
 def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     """Train (unless base), evaluate every node, and return the cell's summary."""
     from sapo_edge.evaluate import evaluate
+    from sapo_edge.metrics import read_rewards
     from sapo_edge.runner import run_sim
-    from sapo_edge.trainer import read_rewards
 
     cfg = cell_config(args, seed, split)
     out = Path(cfg.out_dir)

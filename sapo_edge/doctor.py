@@ -78,7 +78,8 @@ def check_memory(device: str) -> Check:
 
 
 def check_models() -> Check:
-    from .models import GET_HINT, cache_entries, smollm2_gguf
+    from .model_fetch import GET_HINT
+    from .models import cache_entries, smollm2_gguf
 
     size = sum(e.size for e in cache_entries())
     where = f"cache {paths.cache_dir()} ({paths.human_size(size)})"

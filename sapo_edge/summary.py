@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .trainer import read_rewards
+from .metrics import read_rewards
 
 HEADINGS = {"done": "finished", "stopped": "stopped", "failed": "stopped by an error"}
 

@@ -7,12 +7,10 @@ import contextlib
 import dataclasses
 import difflib
 import functools
-import hashlib
 import importlib
 import io
 import json
 import math
-import random
 import sys
 import threading
 from collections.abc import Iterator
@@ -191,11 +189,13 @@ def known_datasets() -> list[str]:
     )
 
 
-def _size(dataset: str) -> int:
+def dataset_size(dataset: str) -> int:
+    """How many questions a TaskRef can address in a dataset (its indices are 0 .. this - 1)."""
     return _SIZE_CAP.get(dataset, MAX_INDEX)
 
 
-def _check_dataset(name: str) -> None:
+def check_dataset(name: str) -> None:
+    """Raise TaskError, with what to pick instead, for a dataset a TaskRef cannot address."""
     if name in _UNSUPPORTED:
         raise TaskError(f"dataset {name!r} {_UNSUPPORTED[name]}; pick another dataset.")
     if name in _CODE_EXECUTING_SCORERS:
@@ -215,7 +215,7 @@ def _check_dataset(name: str) -> None:
 @functools.lru_cache(maxsize=256)
 def _dataset(name: str, config_json: str, seed: int) -> ProceduralDataset:
     """The dataset object for (name, config, seed), keyed on canonical JSON so 1, 1.0 and true differ."""
-    _check_dataset(name)  # imports reasoning-gym through _registry() first
+    check_dataset(name)  # imports reasoning-gym through _registry() first
     import reasoning_gym
 
     config = json.loads(config_json)
@@ -229,7 +229,7 @@ def _dataset(name: str, config_json: str, seed: int) -> ProceduralDataset:
                 f"config; remove it (config keys for {name}: {', '.join(fields)})."
             )
     try:
-        return reasoning_gym.create_dataset(name, seed=seed, size=_size(name), **config)
+        return reasoning_gym.create_dataset(name, seed=seed, size=dataset_size(name), **config)
     except Exception as e:  # TypeError for unknown keys, AssertionError/ValueError from validate()
         msg = str(e) or type(e).__name__
         raise TaskError(
@@ -238,7 +238,8 @@ def _dataset(name: str, config_json: str, seed: int) -> ProceduralDataset:
         ) from None
 
 
-def _config_json(ref: TaskRef) -> str:
+def config_json(ref: TaskRef) -> str:
+    """Canonical JSON text of a ref's config: equal configs have equal texts."""
     return json.dumps(ref.config_dict(), sort_keys=True, separators=(",", ":"))
 
 
@@ -263,12 +264,12 @@ def regenerate(ref: TaskRef) -> Task:
         raise TaskError(
             f"regenerate needs a TaskRef, got {type(ref).__name__}; build one with TaskRef.make."
         )
-    _check_dataset(ref.dataset)
-    if not 0 <= ref.index < _size(ref.dataset):
+    check_dataset(ref.dataset)
+    if not 0 <= ref.index < dataset_size(ref.dataset):
         raise TaskError(
-            f"task index {ref.index} is out of range for {ref.dataset!r}: use 0 <= index < {_size(ref.dataset)}."
+            f"task index {ref.index} is out of range for {ref.dataset!r}: use 0 <= index < {dataset_size(ref.dataset)}."
         )
-    ds = _dataset(ref.dataset, _config_json(ref), ref.seed)
+    ds = _dataset(ref.dataset, config_json(ref), ref.seed)
     try:
         with _BUILD_LOCK, contextlib.redirect_stdout(_MutedFor(sys.stdout)):
             entry = ds[ref.index]
@@ -311,7 +312,7 @@ def _prop_logic_answer_is_safe(task: Task, answer: str) -> bool:
 def verifier_score(task: Task, answer: str | None) -> float:
     """The dataset's own score_answer(answer, entry), clamped to [0, 1]; any failure scores 0."""
     try:
-        ds = _dataset(task.ref.dataset, _config_json(task.ref), task.ref.seed)
+        ds = _dataset(task.ref.dataset, config_json(task.ref), task.ref.seed)
         if task.domain == "propositional_logic" and answer is not None:
             if not _prop_logic_answer_is_safe(task, answer):
                 return 0.0
@@ -319,129 +320,3 @@ def verifier_score(task: Task, answer: str | None) -> float:
     except Exception:
         return 0.0
     return min(max(score, 0.0), 1.0) if math.isfinite(score) else 0.0
-
-
-# --- sampling -------------------------------------------------------------------------------
-
-
-def node_seed(node_id: str, base_seed: int = 0) -> int:
-    """A stable 31-bit seed from (node id, base seed): nodes with different ids draw different questions."""
-    digest = hashlib.sha256(f"{base_seed}:{node_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % 2**31
-
-
-class TaskSampler:
-    """The paper's SampleBatch: k distinct weighted domains per round, one new question from each."""
-
-    def __init__(
-        self, domains: dict[str, float], domain_configs: dict[str, dict] | None, seed: int
-    ):
-        if not isinstance(domains, dict) or not domains:
-            raise TaskError(
-                f"domains must map at least one domain to a weight, e.g. {{'basic_arithmetic': 1.0}}; got {domains!r}."
-            )
-        configs = dict(domain_configs or {})
-        for name in configs:
-            if name not in domains:
-                raise TaskError(
-                    f"domain_configs has a config for {name!r}, which is not in domains; add it to domains or remove the config."
-                )
-        for name, w in domains.items():
-            if not isinstance(name, str):
-                raise TaskError(f"domain names are strings, got {name!r}.")
-            _check_dataset(name)
-            if (
-                isinstance(w, bool)
-                or not isinstance(w, int | float)
-                or not math.isfinite(w)
-                or w < 0
-            ):
-                raise TaskError(
-                    f"weight for domain {name!r} must be a finite number >= 0, got {w!r}."
-                )
-        if not any(w > 0 for w in domains.values()):
-            raise TaskError(
-                "all domain weights are zero; give at least one domain a positive weight."
-            )
-        self.seed = int(seed)
-        self.weights = {name: float(w) for name, w in domains.items()}
-        self.refs = {name: TaskRef.make(name, configs.get(name), self.seed, 0) for name in domains}
-        for ref in self.refs.values():
-            regenerate(ref)  # a config reasoning-gym rejects fails here, not mid-run
-        self._next = {name: 0 for name in domains}
-        self._rng = random.Random(self.seed)
-
-    def accepts(self, ref: TaskRef) -> bool:
-        """True when ref is a question of one of this sampler's domains with its exact config and a
-        valid index: the cheap check to run on a peer's ref (a hostile config can make generation slow)."""
-        mine = self.refs.get(ref.dataset)
-        return (
-            mine is not None
-            and _config_json(mine) == _config_json(ref)
-            and 0 <= ref.index < _size(ref.dataset)
-        )
-
-    def _pick_domains(self, k: int) -> list[str]:
-        positive = [name for name, w in self.weights.items() if w > 0]
-        picked: list[str] = []
-        pool: list[str] = []
-        while len(picked) < k:
-            if not pool:  # every positive domain once per pass, then wrap around
-                pool = list(positive)
-            total = sum(self.weights[n] for n in pool)
-            x, acc = self._rng.random() * total, 0.0
-            choice = pool[-1]
-            for name in pool:
-                acc += self.weights[name]
-                if x < acc:
-                    choice = name
-                    break
-            pool.remove(choice)
-            picked.append(choice)
-        return picked
-
-    def sample_batch(self, k: int) -> list[TaskRef]:
-        """k refs from k distinct domains (wrapping around when k exceeds the weighted domains)."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise TaskError(f"sample_batch needs a batch size k >= 0, got {k!r}.")
-        names = self._pick_domains(k)
-        for name in set(names):
-            if self._next[name] + names.count(name) > _size(name):
-                raise TaskError(
-                    f"domain {name!r} has used all {_size(name)} questions of seed {self.seed}; start with another seed."
-                )
-        refs = []
-        for name in names:
-            refs.append(dataclasses.replace(self.refs[name], index=self._next[name]))
-            self._next[name] += 1
-        return refs
-
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable state (rng and per-domain counters) for an exact resume."""
-        version, internal, gauss = self._rng.getstate()
-        return {
-            "seed": self.seed,
-            "next_index": dict(self._next),
-            "rng": [version, list(internal), gauss],
-        }
-
-    def load_state_dict(self, d: dict[str, Any]) -> None:
-        try:
-            seed, counters, (version, internal, gauss) = d["seed"], d["next_index"], d["rng"]
-            rng = random.Random()
-            rng.setstate((version, tuple(internal), gauss))
-            counters = {str(n): int(i) for n, i in counters.items()}
-        except Exception as e:
-            raise TaskError(
-                f"task sampler state is malformed ({type(e).__name__}: {e}); pass what state_dict() returned."
-            ) from None
-        if seed != self.seed:
-            raise TaskError(
-                f"task sampler state was saved with seed {seed}, this sampler has seed {self.seed}; resume with the same seed."
-            )
-        if any(i < 0 for i in counters.values()):
-            raise TaskError(
-                "task sampler state has a negative question counter; pass what state_dict() returned."
-            )
-        self._rng = rng
-        self._next = {name: counters.get(name, 0) for name in self.weights}  # new domains: 0

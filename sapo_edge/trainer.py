@@ -12,61 +12,30 @@ state or the peer pool, so a resumed run continues exactly as an uninterrupted o
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import random
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from .advantages import is_informative
-from .backends.base import LOAD_TIME_SETTINGS, Backend, Completion, Sample
-from .checkpoints import find_latest, save_checkpoint
-from .config import Config, ConfigError
+from .backends.base import Backend, Completion, Sample
+from .config import Config
+from .metrics import PrintCallback, RoundReport, append_metrics, round_report
 from .mix import AdaptiveMix
+from .node_checkpoint import resume_node, save_node
+from .node_settings import apply_settings, reward_config
 from .prompts import build_messages
-from .rewards import RewardConfig, score_completion
+from .rewards import score_completion
 from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
 from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
 from .swarm.peers import PeerTally
 from .swarm.transport import Transport
 from .targeting import Success, targeted_limit, wanted
-from .tasks import TaskError, TaskSampler, node_seed, regenerate
-
-
-@dataclass
-class RoundReport:
-    node: str
-    round: int
-    reward_mean: float  # mean reward of this node's own completions this round
-    reward_by_domain: dict[str, float]
-    zero_adv_fraction: float  # own groups whose completions all scored alike
-    local_used: int
-    external_used: int
-    external_from: dict[str, int]  # producer -> groups trained on
-    published: int
-    received: int
-    pool: dict[str, int]  # the external pool's counters: added, duplicate, rejections by reason...
-    gen_tokens: int
-    gen_seconds: float
-    train_seconds: float
-    train_tokens: int
-    loss: float
-    peak_rss_mb: float
-    round_seconds: float
-    time: float = field(default_factory=time.time)
-    mix: str = "fixed"  # how I/J were chosen: fixed (the config's) or adaptive (sapo_edge/mix.py)
-    local_target: int = 0  # I asked for this round (local_used can be fewer: informative only)
-    external_target: int = 0  # J asked for this round
-    mix_progress: float | None = None  # adaptive: progress per round credited this round...
-    mix_credited: int | None = None  # ...to this J (the J a finished block trained)
-    external_targeted: int = 0  # external groups picked for teaching this node (targeted)
-    gen_steps: int = 0  # decode steps of the round's generation (its longest completion)
+from .task_sampler import TaskSampler, node_seed
+from .tasks import TaskError, regenerate
 
 
 @dataclass
@@ -79,21 +48,6 @@ class RoundGroups:
 
 
 PHASES = ("sampling", "generating", "scoring", "sharing", "training", "saving")
-POOL_FILE = "pool.json"  # the peer pool, saved with each checkpoint
-# Settings a running node cannot take (apply_settings refuses them with this reason): the model
-# and LoRA shape are loaded, the question stream is seeded from them, the loop counts rounds.
-RESTART_SETTINGS = LOAD_TIME_SETTINGS | {
-    "seed",
-    "name",
-    "out_dir",
-    "resume",
-    "rounds",
-    "nodes",
-    "node_backends",
-    "domains",
-    "domain_configs",
-    "mix",
-}
 
 
 class RoundStopped(Exception):
@@ -110,33 +64,6 @@ class Callback(Protocol):
     def on_progress(self, node: Node, phase: str, done: int, total: int, tokens: int) -> None:
         """Inside generating (decode steps of max_new_tokens, tokens so far) and training
         (micro-batches); optional for callbacks."""
-
-
-class PrintCallback:
-    """One readable line per round (headless runs, the simulator, non-terminal output)."""
-
-    def __init__(self, print_fn: Callable[[str], None] = print):
-        self.print = print_fn
-        self.history: dict[str, list[float]] = {}
-
-    def on_round(self, r: RoundReport) -> None:
-        h = self.history.setdefault(r.node, [])
-        h.append(r.reward_mean)
-        avg = statistics.fmean(h[-5:])
-        ext = ",".join(f"{k[:16]}:{v}" for k, v in sorted(r.external_from.items())) or "-"
-        if r.mix == "adaptive":
-            ext += f", J={r.external_target} chosen"
-        self.print(
-            f"{r.node:>8} round {r.round:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
-            f" | recv {r.received} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"
-            f" | step {r.train_seconds:.1f}s loss {r.loss:+.4f} | {r.round_seconds:.1f}s/round | rss {r.peak_rss_mb:,.0f} MB"
-        )
-
-    def on_message(self, node: str, text: str) -> None:
-        self.print(f"{node:>8} {text}")
-
-    def on_phase(self, node: Node, phase: str) -> None:
-        pass
 
 
 class Node:
@@ -167,7 +94,7 @@ class Node:
         self.pool = ExternalPool(
             node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
         )
-        self.rewards = _reward_config(cfg)
+        self.rewards = reward_config(cfg)
         self._pool_before_sampling: tuple | None = None  # restored when a round stops
         self._received: int | None = None  # groups received by the round in flight
         self._received_carry = 0  # ...by a stopped attempt of it: reported when it completes
@@ -297,16 +224,25 @@ class Node:
 
         # 7. report and persist
         self.success.update(own)
-        report = self._report(
-            own, tasks, gens, local, external, len(shared), received, gen_seconds, stats, t_round
+        report = round_report(
+            self,
+            own,
+            tasks,
+            gens,
+            local,
+            external,
+            len(shared),
+            received,
+            gen_seconds,
+            stats,
+            t_round,
         )
         report.external_targeted = self.pool.last_targeted
         report.local_target, report.external_target = n_local, n_external
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress
             report.mix_credited = self.mix.last_credited
-        with self.metrics_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(asdict(report)) + "\n")
+        append_metrics(self.metrics_path, report)
         self.last_groups = RoundGroups(own, external)
         self.callback.on_round(report)
         self.round += 1
@@ -434,157 +370,20 @@ class Node:
             tokens=comps,
         )
 
-    def _report(
-        self, own, tasks, gens, local, external, n_shared, received, gen_seconds, stats, t_round
-    ) -> RoundReport:
-        all_rewards = [r for g in own for r in g.rewards]
-        by_domain: dict[str, list[float]] = {}
-        for task, g in zip(tasks, own, strict=True):
-            by_domain.setdefault(task.domain, []).extend(g.rewards)
-        informative = sum(1 for g in own if any(a != 0.0 for a in g.advantages))
-        return RoundReport(
-            node=self.name,
-            round=self.round,
-            reward_mean=statistics.fmean(all_rewards),
-            reward_by_domain={d: statistics.fmean(v) for d, v in sorted(by_domain.items())},
-            zero_adv_fraction=1 - informative / len(own),
-            local_used=len(local),
-            external_used=len(external),
-            external_from=dict(Counter(g.origin for g in external)),
-            published=n_shared,
-            received=received,
-            pool=self.pool.stats(),
-            gen_tokens=sum(g.tokens for group in gens for g in group),
-            gen_steps=max((g.tokens for group in gens for g in group), default=0),
-            gen_seconds=gen_seconds,
-            train_seconds=stats.seconds if stats else 0.0,
-            train_tokens=stats.tokens if stats else 0,
-            loss=stats.loss if stats else 0.0,
-            peak_rss_mb=self.backend.memory_report()["peak_rss_mb"],
-            round_seconds=time.perf_counter() - t_round,
-        )
-
     # --------------------------------------------------------------------------- settings
     def configure(self, changes: dict) -> None:
-        """Take new settings from the next round: the trainer, the reward, the pool and the backend
-        all see them. Raises ConfigError (nothing applied) for a bad value or a setting that needs
-        a restart."""
-        fixed = sorted(
-            k for k, v in changes.items() if k in RESTART_SETTINGS and v != getattr(self.cfg, k, v)
-        )
-        if fixed:
-            raise ConfigError(
-                f"{', '.join(fixed)} cannot change while the node runs (the model, LoRA shape and "
-                "question stream are set at start): restart sapo-edge with the new value."
-            )
-        cfg = dataclasses.replace(self.cfg, **changes)  # __post_init__ validates
-        try:
-            self.backend.configure(cfg)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        self.cfg, self.rewards = cfg, _reward_config(cfg)
-        self.pool.freshness_rounds = cfg.freshness_rounds
-        self.pool.max_age_rounds = 4 * cfg.freshness_rounds
-        self.pool.max_peer_share = cfg.max_peer_share
-        cfg.save(self.out_dir / "config.json")
+        """Take new settings from the next round (node_settings.apply_settings); raises
+        ConfigError (nothing applied) for a bad value or a setting that needs a restart."""
+        apply_settings(self, changes)
 
     # ------------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
         self._phase("saving")
-        state = {
-            "round": self.round,  # the next round to run
-            "node_id": self.node_id,
-            "name": self.name,
-            "model_id": self.model_id,
-            "config": self.cfg.to_saved_dict(),  # never the room secret
-            "sampler": self.sampler.state_dict(),
-            "rng": _rng_to_json(self.rng.getstate()),
-            "received_carry": self._received_carry,
-            "mix": self.mix.state_dict(),
-            "success": self.success.state_dict(),
-        }
-        pool = json.dumps(self.pool.state_dict())
-
-        def write_files(directory: Path) -> None:
-            self.backend.save(directory)
-            (directory / POOL_FILE).write_text(pool, encoding="utf-8")
-
-        path = save_checkpoint(
-            self.checkpoint_dir, self.round, write_files, state, keep=self.cfg.keep_checkpoints
-        )
-        self.saved = (self.round, path)
-        return path
+        return save_node(self)
 
     def resume(self) -> bool:
         """Continue from the newest complete checkpoint; False when there is none."""
-        ckpt = find_latest(
-            self.checkpoint_dir, log=lambda m: self.callback.on_message(self.name, m)
-        )
-        if ckpt is None:
-            self.callback.on_message(
-                self.name, f"no checkpoint in {self.checkpoint_dir}: starting at round 0"
-            )
-            self._truncate_metrics(0)  # rounds recorded before a kill are run again
-            return False
-        st = ckpt.state
-        if st.get("model_id") != self.model_id:
-            raise ValueError(
-                f"checkpoint {ckpt.path} was trained on {st.get('model_id')!r}, not {self.model_id!r}: "
-                "pass the same --model, or a fresh --out-dir."
-            )
-        self.backend.load(ckpt.path)
-        self.sampler.load_state_dict(st["sampler"])
-        self.rng.setstate(_rng_from_json(st["rng"]))
-        self._received_carry = int(st.get("received_carry", 0))
-        if "mix" in st:  # checkpoints of older versions have none (they ran a fixed mix)
-            try:
-                self.mix.load_state_dict(st["mix"])
-            except (ValueError, TypeError, KeyError):  # an older bandit: its evidence is lost
-                self.callback.on_message(
-                    self.name, "the saved adaptive mix is an older version's: it starts afresh"
-                )
-        if "success" in st:  # checkpoints of older versions have none (uniform sampling)
-            self.success.load_state_dict(st["success"])
-        if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
-            try:
-                dropped = self.pool.load_state_dict(
-                    json.loads((ckpt.path / POOL_FILE).read_text(encoding="utf-8"))
-                )
-            except (ValueError, TypeError) as e:  # written by another version: not worth a stop
-                dropped = f"all ({e})"
-            if dropped:
-                self.callback.on_message(
-                    self.name, f"{dropped} saved peer groups cannot be read here: left out"
-                )
-        self.round = int(st["round"])
-        self.saved = (self.round, ckpt.path)
-        self._truncate_metrics(self.round)
-        self.callback.on_message(
-            self.name, f"resumed from {ckpt.path.name}: next round {self.round}"
-        )
-        return True
-
-    def _truncate_metrics(self, next_round: int) -> None:
-        """Drop metrics of rounds run after the checkpoint (they are run again)."""
-        if not self.metrics_path.exists():
-            return
-        keep = [
-            ln
-            for ln in self.metrics_path.read_text(encoding="utf-8").splitlines()
-            if ln.strip() and json.loads(ln).get("round", 0) < next_round
-        ]
-        tmp = self.metrics_path.with_suffix(".tmp")
-        tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
-        os.replace(tmp, self.metrics_path)
-
-
-def _reward_config(cfg: Config) -> RewardConfig:
-    return RewardConfig(
-        lenient=cfg.lenient,
-        lenient_credit=cfg.lenient_credit,
-        format_reward=cfg.format_reward,
-        partial_credit=cfg.partial_credit,
-    )
+        return resume_node(self)
 
 
 def _trained(group: ScoredGroup) -> list[Completion]:
@@ -592,21 +391,3 @@ def _trained(group: ScoredGroup) -> list[Completion]:
     if group.tokens is None:
         raise ValueError(f"group {group.group_id} has no tokens: score it with scored(tokens=...).")
     return group.tokens
-
-
-def _rng_to_json(state: tuple) -> list:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _rng_from_json(data: list) -> tuple:
-    version, internal, gauss = data
-    return (version, tuple(internal), gauss)
-
-
-def read_rewards(metrics_path: Path) -> list[float]:
-    """Mean reward of each round in a node's metrics.jsonl (empty when none yet)."""
-    if not metrics_path.exists():
-        return []
-    lines = metrics_path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(ln)["reward_mean"] for ln in lines if ln.strip()]

@@ -93,7 +93,7 @@ def test_host_and_port_defaults(argv: list[str], field: str, want: object) -> No
 def test_presets_load_validate_and_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(preset_names()) >= {"demo", "paper", "addition", "arithmetic"}
     for name in preset_names():
-        from sapo_edge.tasks import TaskSampler
+        from sapo_edge.task_sampler import TaskSampler
 
         cfg = Config.load("", {"preset": name})
         TaskSampler(cfg.domains, cfg.domain_configs, 0)  # its tasks build

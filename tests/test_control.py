@@ -7,9 +7,9 @@ import threading
 from scripted import make_cfg, make_node
 
 from sapo_edge.control import RunControl, run_rounds
+from sapo_edge.metrics import read_rewards
 from sapo_edge.swarm.peers import PeerInfo, PeerTally, peer_snapshot
 from sapo_edge.swarm.transport import InProcessHub, NullTransport
-from sapo_edge.trainer import read_rewards
 
 
 def _checkpoints(node):

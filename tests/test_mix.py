@@ -301,7 +301,7 @@ def test_the_bandit_learns_to_take_peer_groups_when_they_help(tmp_path):
 
 
 def test_the_printed_round_line_names_the_chosen_j(tmp_path):
-    from sapo_edge.trainer import PrintCallback
+    from sapo_edge.metrics import PrintCallback
 
     lines: list[str] = []
     cfg = make_cfg(tmp_path, mix="adaptive", questions_per_round=4)

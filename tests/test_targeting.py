@@ -15,7 +15,8 @@ from sapo_edge.rollout import RolloutGroup
 from sapo_edge.sampling import ExternalPool, ScoredGroup, scored
 from sapo_edge.swarm.transport import InProcessHub
 from sapo_edge.targeting import Success, targeted_limit, wanted
-from sapo_edge.tasks import TaskRef, TaskSampler, regenerate
+from sapo_edge.task_sampler import TaskSampler
+from sapo_edge.tasks import TaskRef, regenerate
 
 
 def peer(i: int, dataset: str, right: bool = True, producer: str = "p1") -> RolloutGroup:

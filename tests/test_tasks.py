@@ -11,14 +11,13 @@ from reasoning_gym.arithmetic.basic_arithmetic import BasicArithmeticDataset
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.rewards import score_completion
+from sapo_edge.task_sampler import TaskSampler, node_seed
 from sapo_edge.tasks import (
     MAX_INDEX,
     PAPER_DOMAINS,
     Task,
     TaskError,
     TaskRef,
-    TaskSampler,
-    node_seed,
     regenerate,
     verifier_score,
 )

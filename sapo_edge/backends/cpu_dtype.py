@@ -5,7 +5,7 @@ cache directory, so it runs once.
 
 bfloat16 here means the frozen base weights and activations only: the LoRA weights and their AdamW
 state stay float32 (peft keeps adapters in float32), and log-probs and the loss are reduced in
-float32 (torch_backend._scaled).
+float32 (torch_loss._scaled).
 """
 
 from __future__ import annotations

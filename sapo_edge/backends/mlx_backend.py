@@ -1,4 +1,5 @@
-"""MLX backend (Apple GPU, or CPU with mlx[cpu]): batched KV-cache sampling and the LoRA GRPO/DAPO step.
+"""MLX backend (Apple GPU, or CPU with mlx[cpu]): batched KV-cache sampling and the LoRA GRPO/DAPO step
+(the step's loss in mlx_loss.py).
 
 Same settings with the same meaning as torch_backend.py. Nodes in one process share the base
 weights; each node keeps its own LoRA weights and AdamW state and swaps them in when it runs.
@@ -9,9 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,23 +18,22 @@ import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
-from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.sample_utils import apply_top_p
-from mlx_lm.tuner.lora import LoRALinear
 from mlx_lm.tuner.utils import linear_to_lora_layers
 from mlx_lm.utils import load_model
 from transformers import AutoTokenizer
 
 from ..config import Config
-from .base import Completion, Sample, StepStats, check_load_time_settings, peak_rss_mb
-from .lora_init import lora_a_init, step_seed
+from .base import Completion, check_load_time_settings, peak_rss_mb
+from .lora_init import lora_a_init
+from .mlx_loss import MlxLoss
 from .tokens import (
     encode_completion,
     end_tokens,
     prompt_ids,
     sampled_completion,
-    training_sequences,
 )
 
 ADAPTER_FILE = "adapter.safetensors"
@@ -116,7 +114,10 @@ def _load_shared(model_dir: Path, cfg: Config, dtype: mx.Dtype, log) -> _SharedB
     return _SharedBase(model, tok, *end_tokens(tok, _configured_eos(model_dir)))
 
 
-class MlxBackend:
+class MlxBackend(MlxLoss):
+    """Loads the model (shared base, this node's LoRA weights swapped in), generates, saves and
+    loads; the train step and log-probs are MlxLoss's (mlx_loss.py)."""
+
     name = "mlx"
 
     def __init__(
@@ -158,17 +159,6 @@ class MlxBackend:
         return optim.AdamW(
             learning_rate=self.cfg.learning_rate, weight_decay=0.0, bias_correction=True
         )
-
-    def _build_step(self) -> None:
-        """The loss's value-and-grad; built again by configure(), since a compiled step keeps the
-        settings (clip, beta, temperature) it was traced with."""
-        self._value_and_grad = nn.value_and_grad(self.model, self._loss)
-        if self.compile_step:
-            # compiled against the model's state (read at each call, so swapped-in LoRA weights
-            # count) and the random state (LoRA dropout); one trace per batch shape. Off by
-            # default on CPU, where tracing each new shape costs more than fusion saves.
-            state = [self.model.state, mx.random.state]
-            self._value_and_grad = mx.compile(self._value_and_grad, inputs=state, outputs=state)
 
     def _fresh_lora(self, seed: int | None = None) -> dict[str, mx.array]:
         """New LoRA weights as peft/mlx-lm initialise them: A uniform(+-1/sqrt(in)), B zero;
@@ -213,19 +203,6 @@ class MlxBackend:
         if self.shared.active != self.adapter:
             self.model.update(tree_unflatten(list(self.lora.items())))
             self.shared.active = self.adapter
-
-    @contextmanager
-    def _adapter_off(self):
-        """The base model: every LoRA layer's scale set to 0 for the duration."""
-        layers = [m for _, m in self.model.named_modules() if isinstance(m, LoRALinear)]
-        scales = [m.scale for m in layers]
-        for m in layers:
-            m.scale = 0.0
-        try:
-            yield
-        finally:
-            for m, s in zip(layers, scales, strict=True):
-                m.scale = s
 
     def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         return prompt_ids(self.tok, messages, self.cfg.max_prompt_tokens)
@@ -285,124 +262,6 @@ class MlxBackend:
         # the ids exactly as sampled, the end token kept apart; the text is decoded from them
         done = [sampled_completion(self.tok, toks, eos) for toks in out]
         return [done[i : i + n] for i in range(0, len(done), n)]
-
-    # ------------------------------------------------------------------------ train step
-    def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
-        return training_sequences(self.tok, samples, self.cfg)
-
-    def _batch(self, seqs) -> tuple[mx.array, ...]:
-        """Right-padded prompt+completion rows (positions start at 0 in every row, as in torch)."""
-        width = max(len(p) + len(c) for p, c, _ in seqs)
-        width_c = max(len(c) for _, c, _ in seqs)
-        ids = mx.array([p + c + [self.pad_id] * (width - len(p) - len(c)) for p, c, _ in seqs])
-        # hidden state at column len(p)-1+j predicts completion token j
-        where = mx.array(
-            [[min(len(p) - 1 + j, width - 1) for j in range(width_c)] for p, _, _ in seqs]
-        )
-        targets = mx.array([c + [self.pad_id] * (width_c - len(c)) for _, c, _ in seqs])
-        mask = mx.array([[1.0] * len(c) + [0.0] * (width_c - len(c)) for _, c, _ in seqs])
-        adv = mx.array([[a] for _, _, a in seqs], dtype=mx.float32)
-        return ids, where, targets, mask, adv
-
-    def _completion_logps(self, ids, where, targets) -> mx.array:
-        """Per-token log-probs of the completion tokens only: the LM head runs on those columns."""
-        model = self.model
-        inner, args = getattr(model, "model", None), getattr(model, "args", None)
-        if inner is not None and args is not None:
-            h = inner(ids)
-            h = mx.take_along_axis(h, where[..., None], axis=1)
-            if getattr(args, "tie_word_embeddings", False):
-                logits = inner.embed_tokens.as_linear(h)
-            else:
-                logits = model.lm_head(h)
-        else:  # an architecture laid out differently: full logits, then the same columns
-            logits = mx.take_along_axis(model(ids), where[..., None], axis=1)
-        logits = logits.astype(mx.float32) / self.cfg.temperature
-        picked = mx.take_along_axis(logits, targets[..., None], axis=-1).squeeze(-1)
-        return picked - mx.logsumexp(logits, axis=-1)
-
-    def _loss(self, ids, where, targets, mask, adv, ref, total):
-        cfg = self.cfg
-        logp = self._completion_logps(ids, where, targets)
-        # advantage-weighted clipped surrogate (DAPO clip-higher); old policy = this policy
-        ratio = mx.exp(logp - mx.stop_gradient(logp))
-        clipped_ratio = mx.clip(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)
-        per_token = -mx.minimum(ratio * adv, clipped_ratio * adv)
-        if cfg.beta > 0:  # k3 KL to the adapter-less base model
-            per_token = per_token + cfg.beta * (mx.exp(ref - logp) - (ref - logp) - 1)
-        # token-level normalisation over every completion token of the step (DAPO)
-        loss = (per_token * mask).sum() / total
-        clipped = ((ratio < 1 - cfg.clip_low) & (adv < 0)) | (
-            (ratio > 1 + cfg.clip_high) & (adv > 0)
-        )
-        return loss, (clipped * mask).sum()
-
-    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
-        """Per-token log-probs of each sample's completion under this node's policy (input order)."""
-        self._activate()
-        self.model.eval()
-        out = []
-        for s in samples:
-            seqs = self._sequences([s])
-            if not seqs:  # nothing to score: an empty unfinished completion
-                out.append([])
-                continue
-            ids, where, targets, _, _ = self._batch(seqs)
-            out.append(self._completion_logps(ids, where, targets)[0].tolist())
-        return out
-
-    def train_step(self, samples: list[Sample], progress=None) -> StepStats:
-        """Micro-batched gradient accumulation; micro-batches before the last are evaluated to
-        bound memory, the last one's forward/backward and the AdamW update share one mx.eval."""
-        t0 = time.perf_counter()
-        self._activate()
-        cfg = self.cfg
-        seqs = self._sequences(samples)
-        # token-level normaliser over every completion of the step, zero-advantage ones included
-        total_tokens = sum(len(c) for _, c, _ in seqs)
-        # at beta=0 a zero-advantage row adds exactly 0 to the loss and its gradient: no forward pass
-        work = [row for row in seqs if row[2] != 0.0 or cfg.beta > 0]
-        if not work:
-            return StepStats(0.0, len(seqs), total_tokens, 0.0, 0.0, time.perf_counter() - t0)
-        if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
-            mx.random.seed(step_seed(self.seed, int(self.optimizer.state.get("step", 0))))
-        self.model.train()
-        grads, loss_sum, clip_sum = None, mx.array(0.0), mx.array(0.0)
-        size = cfg.micro_batch(self.device)
-        starts = range(0, len(work), size)
-        for k, i in enumerate(starts):
-            if progress is not None:  # may raise to abandon the step (a stop request)
-                progress(k, len(starts))
-            ids, where, targets, mask, adv = self._batch(work[i : i + size])
-            ref = mx.zeros(mask.shape)
-            if cfg.beta > 0:
-                with self._adapter_off():
-                    ref = mx.stop_gradient(self._completion_logps(ids, where, targets))
-                    mx.eval(ref)
-            (loss, clipped), g = self._value_and_grad(
-                ids, where, targets, mask, adv, ref, mx.array(float(total_tokens))
-            )
-            grads = g if grads is None else tree_map(mx.add, grads, g)
-            loss_sum, clip_sum = loss_sum + loss, clip_sum + clipped
-            if i != starts[-1]:
-                mx.eval(grads, loss_sum, clip_sum)
-        grad_norm = mx.array(0.0)
-        if cfg.max_grad_norm > 0:
-            grads, grad_norm = optim.clip_grad_norm(grads, cfg.max_grad_norm)
-        self.optimizer.update(self.model, grads)
-        mx.eval(
-            self.model.trainable_parameters(), self.optimizer.state, loss_sum, clip_sum, grad_norm
-        )
-        self.lora = dict(tree_flatten(self.model.trainable_parameters()))
-        self.model.eval()
-        return StepStats(
-            loss_sum.item(),
-            len(seqs),
-            total_tokens,
-            clip_sum.item() / max(total_tokens, 1),
-            grad_norm.item(),
-            time.perf_counter() - t0,
-        )
 
     # ---------------------------------------------------------------------- persistence
     def _peft_state(self) -> dict[str, mx.array]:

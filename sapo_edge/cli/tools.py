@@ -13,7 +13,8 @@ from .parser import user_config_file
 
 
 def _models(args: argparse.Namespace) -> int:
-    from ..models import ALIASES, cache_entries, clean_cache, fetch_smollm2, smollm2_gguf
+    from ..model_fetch import fetch_smollm2
+    from ..models import ALIASES, cache_entries, clean_cache, smollm2_gguf
     from ..paths import cache_dir, human_size
 
     if args.source and not args.get:

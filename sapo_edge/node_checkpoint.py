@@ -1,0 +1,98 @@
+"""What a node's checkpoint holds and how a run resumes from it: the adapter (the backend's
+files), the peer pool (pool.json) and state.json (next round, question stream, random state,
+adaptive mix, per-domain success), written atomically by checkpoints.py. Resuming also cuts
+metrics.jsonl back to the checkpoint, so rounds run after it are run again, not counted twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .checkpoints import find_latest, save_checkpoint
+from .metrics import truncate_metrics
+
+POOL_FILE = "pool.json"  # the peer pool, saved with each checkpoint
+
+
+def save_node(node: Any) -> Path:
+    """Checkpoint a trainer.Node at its next round (its `saving` phase has begun)."""
+    state = {
+        "round": node.round,  # the next round to run
+        "node_id": node.node_id,
+        "name": node.name,
+        "model_id": node.model_id,
+        "config": node.cfg.to_saved_dict(),  # never the room secret
+        "sampler": node.sampler.state_dict(),
+        "rng": _rng_to_json(node.rng.getstate()),
+        "received_carry": node._received_carry,
+        "mix": node.mix.state_dict(),
+        "success": node.success.state_dict(),
+    }
+    pool = json.dumps(node.pool.state_dict())
+
+    def write_files(directory: Path) -> None:
+        node.backend.save(directory)
+        (directory / POOL_FILE).write_text(pool, encoding="utf-8")
+
+    path = save_checkpoint(
+        node.checkpoint_dir, node.round, write_files, state, keep=node.cfg.keep_checkpoints
+    )
+    node.saved = (node.round, path)
+    return path
+
+
+def resume_node(node: Any) -> bool:
+    """Continue a trainer.Node from the newest complete checkpoint; False when there is none."""
+    ckpt = find_latest(node.checkpoint_dir, log=lambda m: node.callback.on_message(node.name, m))
+    if ckpt is None:
+        node.callback.on_message(
+            node.name, f"no checkpoint in {node.checkpoint_dir}: starting at round 0"
+        )
+        truncate_metrics(node.metrics_path, 0)  # rounds recorded before a kill are run again
+        return False
+    st = ckpt.state
+    if st.get("model_id") != node.model_id:
+        raise ValueError(
+            f"checkpoint {ckpt.path} was trained on {st.get('model_id')!r}, not {node.model_id!r}: "
+            "pass the same --model, or a fresh --out-dir."
+        )
+    node.backend.load(ckpt.path)
+    node.sampler.load_state_dict(st["sampler"])
+    node.rng.setstate(_rng_from_json(st["rng"]))
+    node._received_carry = int(st.get("received_carry", 0))
+    if "mix" in st:  # checkpoints of older versions have none (they ran a fixed mix)
+        try:
+            node.mix.load_state_dict(st["mix"])
+        except (ValueError, TypeError, KeyError):  # an older bandit: its evidence is lost
+            node.callback.on_message(
+                node.name, "the saved adaptive mix is an older version's: it starts afresh"
+            )
+    if "success" in st:  # checkpoints of older versions have none (uniform sampling)
+        node.success.load_state_dict(st["success"])
+    if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
+        try:
+            dropped = node.pool.load_state_dict(
+                json.loads((ckpt.path / POOL_FILE).read_text(encoding="utf-8"))
+            )
+        except (ValueError, TypeError) as e:  # written by another version: not worth a stop
+            dropped = f"all ({e})"
+        if dropped:
+            node.callback.on_message(
+                node.name, f"{dropped} saved peer groups cannot be read here: left out"
+            )
+    node.round = int(st["round"])
+    node.saved = (node.round, ckpt.path)
+    truncate_metrics(node.metrics_path, node.round)
+    node.callback.on_message(node.name, f"resumed from {ckpt.path.name}: next round {node.round}")
+    return True
+
+
+def _rng_to_json(state: tuple) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _rng_from_json(data: list) -> tuple:
+    version, internal, gauss = data
+    return (version, tuple(internal), gauss)
