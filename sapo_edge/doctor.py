@@ -102,7 +102,7 @@ def check_models() -> Check:
 
 def check_pace(cfg: Config) -> Check:
     """What bare `sapo-edge` would choose here, by memory and time, and the threads policy."""
-    from .pace import choose_here
+    from .backends.pace_here import choose_here
     from .threads import pinned_threads, usable_cores
 
     choice = choose_here(cfg.backend, cfg.dtype, cfg.round_target)

@@ -117,16 +117,21 @@ def largest_fitting(mem: Memory, device: str = "cpu") -> str | None:
 
 
 def check_memory(
-    model_dir: Path, model_id: str, cfg: Config, device: str, nodes: int, log=print
+    model_dir: Path,
+    model_id: str,
+    cfg: Config,
+    device: str,
+    nodes: int,
+    log=print,
+    mem: Memory | None = None,
 ) -> None:
-    """Before loading: raise ConfigError when the estimate exceeds this machine's memory, log a
-    warning when it exceeds what is free now. Models without a readable config.json pass."""
+    """Before loading: raise ConfigError when the estimate exceeds this machine's memory (`mem`:
+    the accelerator's, which the caller asks backends/ for; else the system's), log a warning
+    when it exceeds what is free now. Models without a readable config.json pass."""
     shape = shape_from_config(model_dir)
     if shape is None:
         return
-    from .backends import accelerator_memory
-
-    mem = accelerator_memory(device) or system_memory()
+    mem = mem or system_memory()
     what = f"training {model_id}" + (f" on {nodes} nodes" if nodes > 1 else "")
     verdict, text = check_fits(estimate_bytes(shape, cfg, device, nodes), mem, what)
     if verdict == "refuse":

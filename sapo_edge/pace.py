@@ -165,23 +165,6 @@ def choose(
     return Choice(cand, est, _why(cand, est, target, skipped, mem, over=True))
 
 
-def choose_here(backend: str = "auto", dtype: str = "auto", target: float | None = None) -> Choice:
-    """`choose` for this machine: its memory, and on a CPU its measured speed (a ~1 s probe,
-    cached) and what its earlier rounds took."""
-    from .backends import accelerator_memory, select_backend
-    from .fit import system_memory
-    from .models import available
-
-    kind, device = select_backend(backend, log=lambda _msg: None)
-    rates = cache = None
-    if kind == "torch" and device == "cpu":
-        from .backends.rates import cpu_pace
-
-        rates, cache, _dtype = cpu_pace(dtype, log=lambda _msg: None)
-    mem = accelerator_memory(device) or system_memory()
-    return choose(mem, device, rates, cache, target=target or ROUND_TARGET, available=available)
-
-
 SLOW_FACTOR = 2.0  # a laptop whose class round is estimated past this x the target lightens it
 
 

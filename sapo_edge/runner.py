@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .backends import load_backend, select_backend
+from .backends import accelerator_memory, load_backend, select_backend
 from .config import Config, ConfigError
 from .control import RunControl, run_rounds
 from .fit import check_memory
@@ -47,7 +47,9 @@ def build_nodes(
     chosen = {c: select_backend(c, log=log) for c in dict.fromkeys(choices)}
     model = resolve_model(cfg.model, progress=log)
     if cfg.memory_check:  # before loading: refuse what cannot fit, warn when memory is short
-        check_memory(model.path, model.model_id, cfg, chosen[choices[0]][1], len(names), log)
+        device = chosen[choices[0]][1]
+        mem = accelerator_memory(device)
+        check_memory(model.path, model.model_id, cfg, device, len(names), log, mem)
     nodes = []
     for i, name in enumerate(names):
         kind, device = chosen[choices[i % len(choices)]]

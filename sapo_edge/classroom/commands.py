@@ -123,8 +123,8 @@ def run_host_headless(host: Any) -> int:
     """The class without a terminal UI: the code, then one line per member's round; Ctrl-C or
     SIGTERM stops this laptop's training (saved), ends the class and writes the report."""
     from ..control import RunControl
+    from ..metrics import PrintCallback
     from ..stopping import exit_code, stop_signals
-    from ..trainer import PrintCallback
 
     _print_code(host)
     lines = RoundLines(host.board, _say).start()

@@ -311,7 +311,7 @@ def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
     memory and in time (pace.py)."""
     if args.model or args.preset or args.config or user_config_file():
         return {}
-    from ..pace import choose_here
+    from ..backends.pace_here import choose_here
 
     choice = choose_here(args.backend or "auto", args.dtype or "auto", args.round_target)
     print(
