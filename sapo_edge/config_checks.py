@@ -210,7 +210,7 @@ def _finite(x: Any) -> bool:
 
 def _nats_relay_problem(relay: str) -> str:
     """'; why' for a nats:// or tls:// relay that cannot be used, else '.'."""
-    from .swarm.nats_transport import is_nats_url, nats_servers
+    from .swarm.nats_room import is_nats_url, nats_servers
 
     if not is_nats_url(relay):
         return "."
@@ -222,6 +222,6 @@ def _nats_relay_problem(relay: str) -> str:
 
 
 def _nats_relay_ok(relay: str) -> bool:
-    from .swarm.nats_transport import is_nats_url
+    from .swarm.nats_room import is_nats_url
 
     return is_nats_url(relay) and _nats_relay_problem(relay) == "."

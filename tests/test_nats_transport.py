@@ -477,7 +477,7 @@ def test_the_packaged_rooms_conf_lets_a_room_use_its_tree_and_class_subject(tmp_
     (`sapo-class.<route>`) was refused (a permissions violation: the board stayed empty over
     NATS), and any laptop could publish on any room's subjects. The shipped rooms.conf entry
     (made by `room nats-user`) allows its room's tree and class subject, and nothing else."""
-    from sapo_edge.swarm.nats_transport import class_subject
+    from sapo_edge.swarm.nats_room import class_subject
     from sapo_edge.swarm.roomkey import room_keys
 
     packaged = Path(__file__).resolve().parent.parent / "packaging" / "nats"

@@ -25,7 +25,7 @@ from ..swarm.admission import Admissions, Grant, serve_admission
 from ..swarm.guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_errors
 from ..swarm.identity import Identity
 from ..swarm.loop_thread import run_service_loop
-from ..swarm.nats_transport import is_nats_url, room_subjects
+from ..swarm.nats_room import is_nats_url, room_subjects
 from ..swarm.network import NetworkTransport
 from ..swarm.progress import Progress
 from ..swarm.relay import Relay, RelayLimits

@@ -43,7 +43,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _room_nats_user(args: argparse.Namespace) -> int:
-    from ..swarm.nats_transport import nats_user_entry
+    from ..swarm.nats_room import nats_user_entry
     from ..swarm.roomkey import SECRET_ENV, read_secret, room_keys
 
     secret = read_secret("", args.secret_file)

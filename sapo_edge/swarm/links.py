@@ -28,7 +28,7 @@ from .handshake import handshake as run_handshake
 from .identity import Identity
 from .link_life import Link, LinkLife, send_bye
 from .loop_thread import run_service_loop
-from .nats_transport import is_nats_url
+from .nats_room import is_nats_url
 from .peer import MAX_FRAME_BYTES, Outbox
 from .peerbook import PeerBook
 from .protocol import make_bye

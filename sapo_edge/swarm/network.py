@@ -23,7 +23,8 @@ from .identity import Identity
 from .intake import Intake
 from .link_life import Link
 from .links import LinkLayer
-from .nats_transport import NatsRoute, is_nats_url
+from .nats_room import is_nats_url
+from .nats_transport import NatsRoute
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .roomkey import RoomKeys, describe_room, room_keys
