@@ -8,22 +8,26 @@ values for the views and the report.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..swarm.identity import name_for_id
-from ..swarm.peerbook import peer_name
 from ..swarm.progress import Progress
 from ..swarm.protocol import ProtocolError
 from ..swarm.stats import RoundStats
 from ..textsafe import clean
+from .board_rows import (
+    ClassSnapshot,
+    MemberRow,
+    RowParts,
+    display_names,
+    mean_by_round,
+)
 
 CLASS_FILE = "class.jsonl"
 RECENT = 5  # "reward, last 5 rounds"
@@ -37,55 +41,6 @@ MAX_LEARNED = 512  # producers one member's "learned from" counts keep (a class 
 MATRIX_MEMBERS = 16  # members the views' "who learned from whom" shows (the most active)
 REPORTS_PER_ROUND = 2  # records per member: its rounds kept, twice over (a resumed run redoes a
 # few rounds); past that its figures are refused and counted (an honest member never gets there)
-
-
-@dataclass(frozen=True)
-class MemberRow:
-    """One member as the class view shows it. Everything but `received_here` is the member's
-    own signed claim (or, for used_by_others, what the others claim)."""
-
-    node_id: str
-    name: str  # cleaned; 'name#3f2a1b' when two members show one name
-    backend: str  # 'torch · cpu'
-    model: str
-    role: str  # "member" or "baseline"
-    is_host: bool
-    rounds: int  # rounds reported
-    last_round: int  # the newest round reported (0-based)
-    rewards: list[float]  # one per reported round, oldest first
-    recent_reward: float | None  # mean over the last RECENT reported rounds
-    shared: int  # groups it published
-    used_by_others: int  # groups of its that others trained on
-    rewarded_by_others: int  # ...and that their verifiers rewarded
-    aha: int
-    received_here: int | None  # groups the host itself verified from it (None: the host, or
-    # a board read back from class.jsonl without the host's counts)
-    last_seen: float  # unix time of its newest figures or progress
-    state: str = ""  # what it says it is doing: 'round 3 · generating 40%', 'round 2 done'
-
-
-@dataclass(frozen=True)
-class ClassSnapshot:
-    members: list[MemberRow]
-    curves: dict[str, list[tuple[int, float]]]  # node id -> (round, 1-based; reward)
-    swarm_mean: list[tuple[int, float]]  # mean of the members (not baselines) per round
-    baseline: list[tuple[int, float]]  # mean of the solo baselines per round (empty: none)
-    matrix: dict[str, dict[str, tuple[int, int]]]  # producer -> learner -> (trained, rewarded)
-    now: float
-    matrix_ids: list[str] = field(default_factory=list)  # the members in `matrix`, in order
-    version: int = 0  # the board's version: equal versions, equal figures (not `now`/received)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON for the projector page and class.json (lists, no tuples)."""
-        return {
-            "members": [asdict(m) for m in self.members],
-            "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
-            "swarm_mean": [list(p) for p in self.swarm_mean],
-            "baseline": [list(p) for p in self.baseline],
-            "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
-            "matrix_ids": list(self.matrix_ids),
-            "now": self.now,
-        }
 
 
 @dataclass
@@ -150,7 +105,7 @@ class ClassBoard:
         self.rounds_version = 0  # bumped when rounds or rows change (not on progress)
         self._exchange: tuple[Any, ...] | None = None  # (key, given, matrix, matrix ids, means)
         self.row_builds = 0  # member rows rebuilt by snapshots (only those that changed)
-        self._rows: dict[str, tuple[_Member, int, _RowParts]] = {}  # id -> (row, version, parts)
+        self._rows: dict[str, tuple[_Member, int, RowParts]] = {}  # id -> (row, version, parts)
         self._cached: tuple[Any, ...] | None = None  # (version, matrix bound, the figures)
 
     # ------------------------------------------------------------------ recording
@@ -345,13 +300,13 @@ class ClassBoard:
         """Rows (received_here left to the caller), curves, means, matrix (lock held)."""
         members = list(self.members.values())
         ids = {m.node_id for m in members}
-        parts: dict[str, _RowParts] = {}
-        fresh: dict[str, tuple[_Member, int, _RowParts]] = {}
+        parts: dict[str, RowParts] = {}
+        fresh: dict[str, tuple[_Member, int, RowParts]] = {}
         for m in members:
             had = self._rows.get(m.node_id)
             if had is None or had[0] is not m or had[1] != m.version:
                 self.row_builds += 1
-                had = (m, m.version, _RowParts.of(m))
+                had = (m, m.version, RowParts.of(m))
             fresh[m.node_id] = had
             parts[m.node_id] = had[2]
         self._rows = fresh  # rows of members no longer here go
@@ -359,7 +314,7 @@ class ClassBoard:
         if self._exchange is None or self._exchange[0] != key:  # progress alone: kept
             self._exchange = (key, self._given(members, ids), None, None, {})
         given = self._exchange[1]
-        names = _display_names(members)
+        names = display_names(members)
         rows, curves = [], {}
         for m in sorted(members, key=lambda m: (m.node_id != self.host_id, names[m.node_id])):
             p, s = parts[m.node_id], m.claimed()
@@ -396,8 +351,8 @@ class ClassBoard:
         if roles not in means:
             means.clear()
             means[roles] = (
-                _mean_by_round(rows, curves, "member"),
-                _mean_by_round(rows, curves, "baseline"),
+                mean_by_round(rows, curves, "member"),
+                mean_by_round(rows, curves, "baseline"),
             )
         mean, base = means[roles]
         return rows, curves, mean, base, matrix, matrix_ids
@@ -432,49 +387,3 @@ class ClassBoard:
                 if producer in shown and producer != learner.node_id and t:
                     matrix.setdefault(producer, {})[learner.node_id] = (t, r)
         return matrix, matrix_ids
-
-
-@dataclass(frozen=True)
-class _RowParts:
-    """What a member's row needs from its rounds (rebuilt only when they change)."""
-
-    curve: list[tuple[int, float]]  # (round, 1-based; reward), oldest first
-    shared: int
-    aha: int
-
-    @classmethod
-    def of(cls, m: _Member) -> _RowParts:
-        ordered = [m.rounds[k] for k in sorted(m.rounds)]
-        return cls(
-            [(s.round + 1, s.reward) for s in ordered],
-            sum(s.shared for s in ordered),
-            sum(s.aha for s in ordered),
-        )
-
-
-# The views add "(host)" and "(baseline)" after the names of those rows: a member's own name
-# cannot carry them (a student's "Ms Smith (host)" row must not pass for the teacher's).
-_MARKS = re.compile(r"(\s*[(\[]\s*(host|baseline)\s*[)\]])+\s*$", re.IGNORECASE)
-
-
-def _display_names(members: list[_Member]) -> dict[str, str]:
-    """Announced names made safe (a copied derived name shows the sender's own; the views'
-    row marks are not part of a name); two members showing one name are told apart by ids."""
-    names = {
-        m.node_id: _MARKS.sub("", peer_name(m.claimed().name, m.node_id)).strip()
-        or name_for_id(m.node_id)
-        for m in members
-    }
-    counts = Counter(names.values())
-    return {k: f"{v}#{k[:6]}" if counts[v] > 1 else v for k, v in names.items()}
-
-
-def _mean_by_round(
-    rows: list[MemberRow], curves: dict[str, list[tuple[int, float]]], role: str
-) -> list[tuple[int, float]]:
-    by_round: dict[int, list[float]] = {}
-    for row in rows:
-        if row.role == role:
-            for r, reward in curves[row.node_id]:
-                by_round.setdefault(r, []).append(reward)
-    return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items())]

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..textsafe import clean
-from .board import CLASS_FILE, ClassBoard, ClassSnapshot
+from .board import CLASS_FILE, ClassBoard
+from .board_rows import ClassSnapshot
 from .host import INFO_FILE
 
 CSV_COLUMNS = [

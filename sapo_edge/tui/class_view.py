@@ -23,7 +23,7 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Footer, RichLog, Static
 
-from ..classroom.board import ClassSnapshot
+from ..classroom.board_rows import ClassSnapshot
 from ..classroom.code import big_text
 from ..control import RunControl
 from ..textsafe import clean

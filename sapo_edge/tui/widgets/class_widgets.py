@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from ...classroom.board import ClassSnapshot, MemberRow
+from ...classroom.board_rows import ClassSnapshot, MemberRow
 from ...textsafe import clean
 from .tables import ago
 

@@ -1,0 +1,109 @@
+"""What the views see of the class's board: a member's row (MemberRow) and the class at one
+moment (ClassSnapshot), and the pieces a snapshot is built from: a row's parts from its rounds,
+the names shown (made safe, told apart), the class's mean per round."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..swarm.identity import name_for_id
+from ..swarm.peerbook import peer_name
+
+
+@dataclass(frozen=True)
+class MemberRow:
+    """One member as the class view shows it. Everything but `received_here` is the member's
+    own signed claim (or, for used_by_others, what the others claim)."""
+
+    node_id: str
+    name: str  # cleaned; 'name#3f2a1b' when two members show one name
+    backend: str  # 'torch · cpu'
+    model: str
+    role: str  # "member" or "baseline"
+    is_host: bool
+    rounds: int  # rounds reported
+    last_round: int  # the newest round reported (0-based)
+    rewards: list[float]  # one per reported round, oldest first
+    recent_reward: float | None  # mean over the last RECENT reported rounds
+    shared: int  # groups it published
+    used_by_others: int  # groups of its that others trained on
+    rewarded_by_others: int  # ...and that their verifiers rewarded
+    aha: int
+    received_here: int | None  # groups the host itself verified from it (None: the host, or
+    # a board read back from class.jsonl without the host's counts)
+    last_seen: float  # unix time of its newest figures or progress
+    state: str = ""  # what it says it is doing: 'round 3 · generating 40%', 'round 2 done'
+
+
+@dataclass(frozen=True)
+class ClassSnapshot:
+    members: list[MemberRow]
+    curves: dict[str, list[tuple[int, float]]]  # node id -> (round, 1-based; reward)
+    swarm_mean: list[tuple[int, float]]  # mean of the members (not baselines) per round
+    baseline: list[tuple[int, float]]  # mean of the solo baselines per round (empty: none)
+    matrix: dict[str, dict[str, tuple[int, int]]]  # producer -> learner -> (trained, rewarded)
+    now: float
+    matrix_ids: list[str] = field(default_factory=list)  # the members in `matrix`, in order
+    version: int = 0  # the board's version: equal versions, equal figures (not `now`/received)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON for the projector page and class.json (lists, no tuples)."""
+        return {
+            "members": [asdict(m) for m in self.members],
+            "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
+            "swarm_mean": [list(p) for p in self.swarm_mean],
+            "baseline": [list(p) for p in self.baseline],
+            "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
+            "matrix_ids": list(self.matrix_ids),
+            "now": self.now,
+        }
+
+
+@dataclass(frozen=True)
+class RowParts:
+    """What a member's row needs from its rounds (rebuilt only when they change)."""
+
+    curve: list[tuple[int, float]]  # (round, 1-based; reward), oldest first
+    shared: int
+    aha: int
+
+    @classmethod
+    def of(cls, m: Any) -> RowParts:
+        ordered = [m.rounds[k] for k in sorted(m.rounds)]
+        return cls(
+            [(s.round + 1, s.reward) for s in ordered],
+            sum(s.shared for s in ordered),
+            sum(s.aha for s in ordered),
+        )
+
+
+# The views add "(host)" and "(baseline)" after the names of those rows: a member's own name
+# cannot carry them (a student's "Ms Smith (host)" row must not pass for the teacher's).
+MARKS = re.compile(r"(\s*[(\[]\s*(host|baseline)\s*[)\]])+\s*$", re.IGNORECASE)
+
+
+def display_names(members: list[Any]) -> dict[str, str]:
+    """Announced names made safe (a copied derived name shows the sender's own; the views'
+    row marks are not part of a name); two members showing one name are told apart by ids."""
+    names = {
+        m.node_id: MARKS.sub("", peer_name(m.claimed().name, m.node_id)).strip()
+        or name_for_id(m.node_id)
+        for m in members
+    }
+    counts = Counter(names.values())
+    return {k: f"{v}#{k[:6]}" if counts[v] > 1 else v for k, v in names.items()}
+
+
+def mean_by_round(
+    rows: list[MemberRow], curves: dict[str, list[tuple[int, float]]], role: str
+) -> list[tuple[int, float]]:
+    by_round: dict[int, list[float]] = {}
+    for row in rows:
+        if row.role == role:
+            for r, reward in curves[row.node_id]:
+                by_round.setdefault(r, []).append(reward)
+    return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items())]
