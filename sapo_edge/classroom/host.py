@@ -325,9 +325,9 @@ class ClassHost:
         that leaked beyond the class); members already in stay in."""
         assert self.admissions is not None
         words = self.admissions.new_code()  # before the old one goes: another number, so the
-        if self.code:  # old code is refused as replaced, never counted as a wrong try
-            self.admissions.revoke(self.code.split("@", 1)[0])
-        self.code = format_code(words, self.address, self.admit_port)
+        old, self.code = self.code, format_code(words, self.address, self.admit_port)
+        if old:  # old code is refused as replaced, never counted as a wrong try; the new one
+            self.admissions.revoke(old.split("@", 1)[0])  # is shown first (no "none valid")
         return self.code
 
     def live_code(self) -> str:

@@ -67,14 +67,16 @@ def admission_message(e: AdmissionError, code: JoinCode) -> str:
             "the host runs another version of sapo-edge: install the same version as the teacher."
         ),
     }
+    if e.reason in ("missing_field", "unknown_field"):  # a message of another version
+        return reasons["unknown_version"]
     return reasons.get(e.reason) or f"joining failed ({e.reason}): {clean(str(e), 200)}"
 
 
 def admit(
-    code: JoinCode, timeout: float = 15.0, who: tuple[str, str] | None = None
+    code: JoinCode, timeout: float = 15.0, who: tuple[Identity, str] | None = None
 ) -> tuple[Grant, Invite]:
     """The room's key and the class's settings, or JoinError (nothing learnt on a wrong code).
-    `who`: this laptop's (node id, name), so the class view has its row from now on."""
+    `who`: this laptop's (identity, name), so the class view has its row from now on."""
     try:
         grant = join_room(code.address, code.words, timeout=timeout, who=who)
     except AdmissionError as e:
@@ -189,7 +191,8 @@ def join_class(
 
         identity, _ = load_or_create()
         hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
-    grant, invite = admit(code, timeout, (identity.node_id, local.get("name") or identity.name))
+    said_name = printable(str(local.get("name") or identity.name), 40) or identity.name
+    grant, invite = admit(code, timeout, (identity, said_name))
     cfg = class_config(invite, local)
     notes = [f"joined {clean(invite.host_name, 40)}'s class: {describe_task(invite.settings)}"]
     if local.get("model") and local["model"] != invite.settings.get("model"):

@@ -37,6 +37,7 @@ from spake2.spake2 import SPAKEError
 
 from sapo_edge.safejson import dumps_canonical
 
+from .identity import Identity, node_id_for_key, verify
 from .peer import Closed, read_raw
 from .protocol import (
     MAX_HANDSHAKE_BYTES,
@@ -54,7 +55,7 @@ from .words import WORDS
 ID_JOINER, ID_MEMBER = b"sapo-edge/2 joiner", b"sapo-edge/2 member"
 MAX_EXTRA_CHARS = 16 << 10  # Grant.extra: the classroom's settings as JSON
 MAX_WELCOME_BYTES = 96 << 10  # the welcome (hex box of the grant): what a joiner accepts
-WHO_BYTES = 256  # the joiner's boxed node id and name: at most this many bytes
+WHO_BYTES = 1024  # the joiner's boxed key, name and signature: at most this many bytes
 _SPECS = {
     "admit": {
         "type": ("str", 16),
@@ -67,9 +68,9 @@ _SPECS = {
     "welcome": {"type": ("str", 16), "box": ("str", MAX_WELCOME_BYTES - 64)},
 }
 _GRANT = {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)}
-# who the joiner is (its node id and name), boxed under the SPAKE2 key in its confirm, so the
-# class view has its row from admission on; "" when it says nothing
-_WHO = {"node_id": ("hex", 32), "name": ("str", 40)}
+# who the joiner is (its public key, name and its signature of both bound to this exchange),
+# boxed under the SPAKE2 key in its confirm, so the# class view has its row from admission on; "" when it says nothing
+_WHO = {"key": ("hex", 64), "name": ("str", 40), "sig": ("hex", 128)}
 
 
 class AdmissionError(Exception):
@@ -164,7 +165,8 @@ class Admissions:
 
     def _expire(self) -> None:
         now = self.clock()
-        for n in [n for n, c in self.codes.items() if c.expires < now]:
+        for n in [n for n, c in list(self.codes.items()) if c.expires < now]:  # list(): one
+            # step under the GIL, so the UI thread's new_code never iterates a changing dict
             del self.codes[n]
 
     def begin(self, nameplate: str, ip: str = "") -> _Code:
@@ -221,8 +223,18 @@ def _box_key(key: bytes, what: bytes = b"sapo-edge/2 admit box") -> bytes:
 _WHO_KEY = b"sapo-edge/2 admit joiner says who"
 
 
-def _who_box(key: bytes, node_id: str, name: str) -> str:
-    plain = dumps_canonical({"node_id": node_id, "name": name[:40]}).encode("utf-8")
+def _who_signed(key: bytes, public_key: bytes, name: str) -> bytes:
+    """What the joiner signs: its key and name, bound to this exchange's SPAKE2 key (so a
+    signature seen once proves nothing in another admission)."""
+    bound = _box_key(key, b"sapo-edge/2 admit who is bound to")
+    return b"sapo-edge/2 admit who\0" + bound + public_key + name.encode("utf-8")
+
+
+def _who_box(key: bytes, ident: Identity, name: str) -> str:
+    name = name[:40]
+    sig = ident.sign(_who_signed(key, ident.public_key, name))
+    fields = {"key": ident.public_key.hex(), "name": name, "sig": sig.hex()}
+    plain = dumps_canonical(fields).encode("utf-8")
     nonce = os.urandom(12)
     box = nonce + ChaCha20Poly1305(_box_key(key, _WHO_KEY)).encrypt(nonce, plain, b"who")
     if len(box) > WHO_BYTES:
@@ -231,17 +243,23 @@ def _who_box(key: bytes, node_id: str, name: str) -> str:
 
 
 def _who(key: bytes, box_hex: str) -> tuple[str, str] | None:
-    """(node id, name) from a joiner's box; None when it gave none or it does not hold up
-    (it is counted by the caller as a joiner that said nothing: the admission stands)."""
+    """(node id, name) from a joiner's box; None when it gave none or it does not hold up: it
+    does not open under this exchange's key, or the name is not signed by the key whose node
+    id it would be (a code holder cannot speak for another student's row). The admission
+    stands either way."""
     if not box_hex:
         return None
     try:
         box = bytes.fromhex(box_hex)
         plain = ChaCha20Poly1305(_box_key(key, _WHO_KEY)).decrypt(box[:12], box[12:], b"who")
         d = check_fields(load(plain, WHO_BYTES), _WHO, "who")
+        public_key = bytes.fromhex(d["key"])
+        signed = _who_signed(key, public_key, d["name"])
     except (InvalidTag, ValueError, ProtocolError):
         return None
-    return d["node_id"], d["name"]
+    if not verify(public_key, bytes.fromhex(d["sig"]), signed):
+        return None
+    return node_id_for_key(public_key), d["name"]
 
 
 PAKE_BYTES = 33  # a side byte and an Ed25519 group element
@@ -278,6 +296,8 @@ async def _read(ws, kind: str, cap: int = MAX_HANDSHAKE_BYTES) -> dict[str, Any]
         raise AdmissionError(bye.reason, bye.message)
     if not isinstance(obj, dict) or obj.get("type") != kind:
         raise AdmissionError("unexpected_message", f"expected {kind}.")
+    if kind == "confirm":  # a joiner of an earlier version says nothing of who it is
+        obj.setdefault("who", "")
     return check_fields(obj, _SPECS[kind], kind)
 
 
@@ -355,11 +375,12 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
 
 
 async def join(
-    address: str, code: str, *, timeout: float = 15.0, who: tuple[str, str] | None = None
+    address: str, code: str, *, timeout: float = 15.0, who: tuple[Identity, str] | None = None
 ) -> Grant:
     """Ask the member at `address` (HOST:PORT or ws://...) for the room behind `code`; a busy
     code (others joining at the same moment) is retried until `timeout`. `who`: this node's
-    (id, name), told the admitting side under the code's key (a class view's row)."""
+    (identity, name), signed and told the admitting side under the code's key (a class view's
+    row)."""
     async with asyncio.timeout(timeout):
         while True:
             try:
@@ -370,7 +391,7 @@ async def join(
             await asyncio.sleep(0.1 + secrets.randbelow(300) / 1000)
 
 
-async def _join_once(address: str, code: str, who: tuple[str, str] | None = None) -> Grant:
+async def _join_once(address: str, code: str, who: tuple[Identity, str] | None = None) -> Grant:
     code = normalise(code)
     nameplate = code.split("-", 1)[0]
     if not nameplate.isdigit() or code.count("-") < 2:
@@ -420,7 +441,7 @@ async def _join_once(address: str, code: str, who: tuple[str, str] | None = None
 
 
 def join_room(
-    address: str, code: str, *, timeout: float = 15.0, who: tuple[str, str] | None = None
+    address: str, code: str, *, timeout: float = 15.0, who: tuple[Identity, str] | None = None
 ) -> Grant:
     """join() for code that is not async (the CLI)."""
     return asyncio.run(join(address, code, timeout=timeout, who=who))

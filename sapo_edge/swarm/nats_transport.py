@@ -286,11 +286,20 @@ class NatsRoute:
             self.lock.notify_all()
 
     async def _on_end_msg(self, msg) -> None:
-        """Anyone with publish rights may send here: bounded before it is opened, then checked
-        like any member's stats (only the host's signed "ended" is heeded: join.py)."""
+        """Anyone with publish rights may send here: bounded before it is opened (size, and
+        the route's junk bytes a second), then checked like any member's stats (only the host's
+        signed "ended" is heeded: join.py)."""
+        now = time.monotonic()
         with self.lock:
             self.counters["nats_end_in"] += 1
             self.lock.notify_all()
+            if now - self.junk_window >= 1.0:  # the route's junk cap holds here too
+                self.junk_window, self.junk_bytes = now, 0
+            if self.junk_bytes >= self.junk_bytes_per_s:
+                self.counters["nats_junk_shed"] += 1
+                return
+            self.junk_bytes += len(msg.data)  # all charged: the one honest message here is
+            # the host's single goodbye
         if len(msg.data) > MAX_END_BYTES:
             with self.lock:
                 self.counters["nats_junk"] += 1

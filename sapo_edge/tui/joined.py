@@ -14,7 +14,7 @@ from .messages import Problem, ProblemCleared
 
 def run_join_dashboard(joined: Joined) -> int:
     watchers: list[PathWatcher] = []
-    done = threading.Event()  # this laptop's rounds are over (its dashboard stays in the class)
+    done = threading.Event()  # all this laptop's rounds are done (its dashboard stays on)
 
     def run(cfg: Any, callback: Any, log: Any, control: Any) -> Any:
         from ..runner import run_single
@@ -36,10 +36,10 @@ def run_join_dashboard(joined: Joined) -> int:
             ).start()
         )
         joined.transport.keep_open = True  # after its rounds: still told when the class ends
-        try:
-            return run_single(cfg, joined.callback(callback), log, control, joined.transport)
-        finally:
+        node = run_single(cfg, joined.callback(callback), log, control, joined.transport)
+        if node.round >= cfg.rounds:  # every round done (not stopped, not failed)
             done.set()
+        return node
 
     try:
         return run_dashboard(joined.cfg, run=run)
