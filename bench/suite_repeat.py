@@ -72,7 +72,7 @@ def main() -> None:
     if shared.exists() and not (a.work / "shared").exists():
         (a.work / "shared").symlink_to(shared)
     head = sh(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True).stdout
-    print(f"make test on fresh clones of {head.strip()}, {a.runs} runs, {a.busy} busy program(s)")
+    print(f"make test on fresh clones of HEAD ({head.strip()} now), {a.runs} runs, {a.busy} busy")
     busy = [
         subprocess.Popen([sys.executable, "-c", BUSY], start_new_session=True)
         for _ in range(a.busy)
@@ -81,6 +81,7 @@ def main() -> None:
     try:
         for i in range(1, a.runs + 1):
             repo = fresh_clone(a.work, a.venv_from)
+            cloned = sh(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True)
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
             t0 = time.monotonic()
             got = sh(["make", "test"], cwd=repo, capture_output=True, env=env)
@@ -92,8 +93,8 @@ def main() -> None:
                 (a.work / f"run-{i}.log").write_text(log)
             rows.append((i, ok, wall, summary_line(log), failed))
             print(
-                f"run {i:2d}: {'pass' if ok else 'FAIL'}  {wall:6.0f} s  {summary_line(log)}"
-                + (f"  failed: {', '.join(failed)}" if failed else ""),
+                f"run {i:2d} ({cloned.stdout.strip()}): {'pass' if ok else 'FAIL'}  {wall:6.0f} s"
+                f"  {summary_line(log)}" + (f"  failed: {', '.join(failed)}" if failed else ""),
                 flush=True,
             )
     finally:
