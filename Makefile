@@ -23,7 +23,7 @@ demo: venv
 	$(VENV)/bin/sapo-edge sim --preset demo --out-dir runs/demo
 
 # everything but the namespace LAN (`make chaos`) and the five end-to-end script runs marked
-# `long` (`make test-long`, which CI runs right after): under 3 minutes on 2 cores, in two
+# `long` (`make test-long`, which CI runs right after): under 4 minutes on 2 cores, in two
 # pytest-xdist workers (TEST_JOBS=1 for one process; docs/testing.md has the timings)
 TEST_JOBS ?= 2
 test: venv
