@@ -252,38 +252,30 @@ class NatsRoute:
         after a reconnect by itself)."""
         if not self.want_stats or self.nc is None or self.nc.is_closed:
             return
-        await self.nc.subscribe(
-            self.stats_subject,
-            cb=self._on_stats_msg,
-            pending_msgs_limit=1024,
-            pending_bytes_limit=16 << 20,
-        )
+        if await self._listen(self.stats_subject, self._on_stats_msg, 1024, 16 << 20):
+            with self.lock:
+                self.stats_listening = True
+                self.lock.notify_all()
+
+    async def _listen(self, subject: str, cb, msgs: int, bytes_: int) -> bool:
+        """Subscribe `cb` to one subject with a bounded queue; True once the server has it
+        (False while reconnecting: the client re-subscribes when back)."""
+        await self.nc.subscribe(subject, cb=cb, pending_msgs_limit=msgs, pending_bytes_limit=bytes_)
         try:
             await self.nc.flush(timeout=5)
         except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
-            return
-        with self.lock:
-            self.stats_listening = True
-            self.lock.notify_all()
+            return False
+        return True
 
     async def _subscribe_end(self) -> None:
         """The host's goodbye subject, for a student (re-subscribed by the client after a
         reconnect by itself). Its queue is small: the host sends one message."""
         if not self.want_end or self.nc is None or self.nc.is_closed:
             return
-        await self.nc.subscribe(
-            self.end_subject,
-            cb=self._on_end_msg,
-            pending_msgs_limit=64,
-            pending_bytes_limit=64 * MAX_END_BYTES,
-        )
-        try:
-            await self.nc.flush(timeout=5)
-        except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
-            return
-        with self.lock:
-            self.end_listening = True
-            self.lock.notify_all()
+        if await self._listen(self.end_subject, self._on_end_msg, 64, 64 * MAX_END_BYTES):
+            with self.lock:
+                self.end_listening = True
+                self.lock.notify_all()
 
     async def _on_end_msg(self, msg) -> None:
         """Anyone with publish rights may send here: bounded before it is opened (size, and
