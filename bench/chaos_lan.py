@@ -188,6 +188,27 @@ def _until(pred, timeout: float, step: float = 0.05) -> float | None:
     return None
 
 
+def _failed(out: dict) -> list[str]:
+    """The run's pass conditions that did not hold, in words ([] when it passed)."""
+    why = []
+    if out.get("mesh_s") is None:
+        why.append("no full mesh")
+    if "lan" not in out.get("linked_via", []):
+        why.append("no link dialed to an mDNS advert")
+    if out.get("drop_s") is None:
+        why.append("the cut node was never dropped")
+    if out.get("heal_s") is None:
+        why.append("no mesh again after the heal")
+    if any(c not in (0, 143) for c in out["exit_codes"]):
+        why.append(f"exit codes {out['exit_codes']}")
+    for name, r in out["rounds"].items():
+        if r["received"] <= 0:
+            why.append(f"{name} received nothing in {r['rounds']} rounds")
+        if r["errors"]:
+            why.append(f"{name} printed errors: {r['errors']}")
+    return why
+
+
 def run_lan(
     model: Path,
     work: Path,
@@ -266,14 +287,8 @@ def run_lan(
                 if _TRACE not in ln and ("Traceback" in ln or "error" in ln.lower())
             ][:3],
         }
-    out["ok"] = bool(
-        out["mesh_s"] is not None
-        and "lan" in out["linked_via"]
-        and out["drop_s"] is not None
-        and out["heal_s"] is not None
-        and all(c in (0, 143) for c in out["exit_codes"])
-        and all(r["received"] > 0 and not r["errors"] for r in out["rounds"].values())
-    )
+    out["why"] = _failed(out)
+    out["ok"] = not out["why"]
     return out
 
 

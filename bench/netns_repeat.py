@@ -28,7 +28,12 @@ def passed(got: dict) -> str:
     """'' when the run meets tests/test_chaos_lan.py's conditions, else which one failed."""
     if not got.get("ok"):
         keys = ("start_s", "mesh_s", "linked_via", "drop_s", "heal_s", "exit_codes")
-        return "not ok: " + json.dumps({k: got.get(k) for k in keys})
+        return (
+            "not ok: "
+            + "; ".join(got.get("why", []))
+            + " "
+            + json.dumps({k: got.get(k) for k in keys})
+        )
     if got["heal_s"] >= 70.0:
         return f"heal took {got['heal_s']:.1f} s"
     if any(r["round_s_max"] >= 30.0 for r in got["rounds"].values()):
