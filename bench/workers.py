@@ -102,6 +102,24 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def rss_mb() -> float:
+    """Resident memory now (MB)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+REST: dict[str, float] = {}
+
+
+def ready() -> None:
+    """Record the resting floor (the loaded model and runtime, before any round: `rest_rss_mb` in
+    every RESULT) and tell the driver this worker is loaded."""
+    release_memory()
+    REST["rest_rss_mb"] = rss_mb()
+    print("READY", flush=True)
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -112,7 +130,7 @@ def wait_go() -> bool:
 
 
 def report(**values) -> None:
-    print("RESULT " + json.dumps({**values, "peak_rss_mb": peak_rss_mb()}), flush=True)
+    print("RESULT " + json.dumps({**values, **REST, "peak_rss_mb": peak_rss_mb()}), flush=True)
     release_memory()
 
 
@@ -168,7 +186,7 @@ def run_sapo(spec: Spec) -> None:
     tasks = fixed_tasks(spec)
     prompts = [build_messages(t.question) for t in tasks]
     backend = load_backend(Path(spec.model_dir), cfg, "bench", "cpu", log, kind="torch")
-    print("READY", flush=True)
+    ready()
     for r in range(spec.rounds):
         if not wait_go():
             return
@@ -456,7 +474,7 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
             )
 
     trainer.add_callback(Lockstep())
-    print("READY", flush=True)
+    ready()
     trainer.train()
 
 
@@ -484,7 +502,7 @@ def run_node(spec: Spec) -> None:
     )
     peers = [hub.connect(f"peer-{p}") for p in range(8)]
     peer_tasks = TaskSampler(spec.domains, spec.domain_configs, spec.seed + 1)
-    print("READY", flush=True)
+    ready()
     for r in range(spec.rounds):
         if not wait_go():
             return
