@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from ..config import Config
+from .attention_kernels import attention_kernels
 from .base import Completion, check_load_time_settings, peak_rss_mb
 from .cpu_dtype import choose_cpu_dtype
 from .cpu_threads import cpu_threads, set_threads
@@ -233,7 +234,10 @@ class TorchBackend(TorchLoss):
         folds it into a copy of the weights for the call (torch_decode.merged_lora)."""
         self._activate()
         self.model.eval()
-        with merged_lora(self.model, self.adapter, self.fuse_lora, self.lean_lora):
+        with (
+            attention_kernels(self.device),
+            merged_lora(self.model, self.adapter, self.fuse_lora, self.lean_lora),
+        ):
             return self._decode(prompts, n, max_new_tokens, temperature, top_p, seed, progress)
 
     @torch.inference_mode()

@@ -15,6 +15,7 @@ import torch
 from peft import PeftModel
 
 from ..config import Config
+from .attention_kernels import attention_kernels
 from .base import Sample, StepStats
 from .head_logps import head_logps
 from .heap import returned_heap
@@ -127,12 +128,13 @@ class TorchLoss:
         self.model.eval()
         seqs = [(*row, i) for i, s in enumerate(samples) for row in self._sequences([s])]
         out: list[list[float]] = [[] for _ in samples]
-        for prompt, batches in self._by_prompt(seqs):
-            prefix = self._prefix(prompt)
-            for mb in batches:
-                logp, _ = self._completion_logps(prefix, prompt[-1], [c for _, c, _, _ in mb])
-                for (_, c, _, i), row in zip(mb, logp, strict=True):
-                    out[i] = row[: len(c)].tolist()
+        with attention_kernels(self.device):
+            for prompt, batches in self._by_prompt(seqs):
+                prefix = self._prefix(prompt)
+                for mb in batches:
+                    logp, _ = self._completion_logps(prefix, prompt[-1], [c for _, c, _, _ in mb])
+                    for (_, c, _, i), row in zip(mb, logp, strict=True):
+                        out[i] = row[: len(c)].tolist()
         return out
 
     def train_step(self, samples: list[Sample], progress=None) -> StepStats:
@@ -156,7 +158,10 @@ class TorchLoss:
                 # LoRA as one op per layer (lora_fused.py), where peft's own layer is not needed:
                 # its dropout, or its adapter switched off for the beta > 0 reference
                 fused = self.fuse_lora and cfg.lora_dropout == 0 and cfg.beta == 0
-                with merged_lora(self.model, self.adapter, fused, lean=True):
+                with (
+                    attention_kernels(self.device),
+                    merged_lora(self.model, self.adapter, fused, lean=True),
+                ):
                     loss_sum, clipped = self._accumulate(work, total_tokens, progress)
             grad_norm = 0.0
             if work:
