@@ -109,6 +109,10 @@ class LinkLayer(Dialing, LinkLife):
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._runner: web.AppRunner | None = None
+        # websockets being served (handshake and link): closed at shutdown before the server
+        # waits for its handlers (a handshake in progress would hold the stop up to its timeout,
+        # and aiohttp's cancel of such a handler can raise InvalidStateError at exit)
+        self._serving: set[web.WebSocketResponse] = set()
         self._session: aiohttp.ClientSession | None = None
         self._discovery: Any = None
         self.guard = ConnectionGuard(
@@ -138,7 +142,8 @@ class LinkLayer(Dialing, LinkLife):
         try:
             fut.result(timeout)
         except Exception:  # noqa: BLE001 - best effort; the loop is stopped below regardless
-            pass
+            with self._lock:
+                self.counters["stop_timed_out"] += 1
         loop.call_soon_threadsafe(loop.stop)
         if self._thread:
             self._thread.join(timeout)
@@ -190,6 +195,9 @@ class LinkLayer(Dialing, LinkLife):
 
     async def _shutdown(self) -> None:
         self._stopping = True  # an advert heard while discovery closes starts no dial loop
+        if self._runner:  # no new callers: a peer redialing now would start a handshake
+            for site in list(self._runner.sites):
+                await site.stop()
         for t in list(self._dials.values()) + list(self._tasks):
             t.cancel()
         for d in self._lan_dials.values():
@@ -206,6 +214,12 @@ class LinkLayer(Dialing, LinkLife):
             await link.ws.close()
         for outbox in self._outboxes.values():
             outbox.close()
+        if self._serving:  # inbound handshakes in progress: their handlers end now
+            with self._lock:
+                self.counters["closed_at_stop"] += len(self._serving)
+            await asyncio.gather(
+                *(ws.close() for ws in list(self._serving)), return_exceptions=True
+            )
         if self._session:
             await self._session.close()
         if self._runner:
@@ -242,6 +256,15 @@ class LinkLayer(Dialing, LinkLife):
             # the caller hung up before we answered (a dropped Wi-Fi, a port scan): a plain
             # response, whose write aiohttp lets fail quietly (an unprepared websocket logs)
             return web.Response(status=400)
+        self._serving.add(ws)
+        try:
+            return await self._serve_prepared(request, ws)
+        finally:
+            self._serving.discard(ws)
+
+    async def _serve_prepared(
+        self, request: web.Request, ws: web.WebSocketResponse
+    ) -> web.StreamResponse:
         addr = f"ip:{request.remote}"
         try:
             session = await run_handshake(
