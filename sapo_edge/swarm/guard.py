@@ -235,6 +235,12 @@ class GuardedSite(web.TCPSite):
             reuse_address=self._reuse_address,
         )
 
+    def stop_listening(self) -> None:
+        """Accept no new connection; those open stay (aiohttp's stop() differs between versions:
+        some wait there for every handler)."""
+        if self._server is not None:
+            self._server.close()
+
     @property
     def bound_port(self) -> int:
         assert self._server is not None

@@ -109,6 +109,7 @@ class LinkLayer(Dialing, LinkLife):
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._runner: web.AppRunner | None = None
+        self._site: GuardedSite | None = None
         # websockets being served (handshake and link): closed at shutdown before the server
         # waits for its handlers (a handshake in progress would hold the stop up to its timeout,
         # and aiohttp's cancel of such a handler can raise InvalidStateError at exit)
@@ -182,7 +183,7 @@ class LinkLayer(Dialing, LinkLife):
             self.log(f"port {port} is busy ({e.strerror}); listening on a free port instead.")
             site = GuardedSite(self._runner, host, 0, self.guard)
             await site.start()
-        self.port = site.bound_port
+        self.port, self._site = site.bound_port, site
         self._trace("listening", port=self.port)
         self._spawn(self._watch_resume())
         self._session = aiohttp.ClientSession()
@@ -195,9 +196,8 @@ class LinkLayer(Dialing, LinkLife):
 
     async def _shutdown(self) -> None:
         self._stopping = True  # an advert heard while discovery closes starts no dial loop
-        if self._runner:  # no new callers: a peer redialing now would start a handshake
-            for site in list(self._runner.sites):
-                await site.stop()
+        if self._site is not None:  # no new callers: a peer redialing now would start a handshake
+            self._site.stop_listening()
         for t in list(self._dials.values()) + list(self._tasks):
             t.cancel()
         for d in self._lan_dials.values():
@@ -257,6 +257,7 @@ class LinkLayer(Dialing, LinkLife):
             # response, whose write aiohttp lets fail quietly (an unprepared websocket logs)
             return web.Response(status=400)
         self._serving.add(ws)
+        self._notify()
         try:
             return await self._serve_prepared(request, ws)
         finally:
