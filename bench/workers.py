@@ -130,7 +130,8 @@ def wait_go() -> bool:
 
 
 def report(**values) -> None:
-    print("RESULT " + json.dumps({**values, **REST, "peak_rss_mb": peak_rss_mb()}), flush=True)
+    """One round's figures; `peak_rss_mb` is the process's peak so far unless values give it."""
+    print("RESULT " + json.dumps({**REST, "peak_rss_mb": peak_rss_mb(), **values}), flush=True)
     release_memory()
 
 
@@ -197,6 +198,9 @@ def run_sapo(spec: Spec) -> None:
         stats = backend.train_step(samples)
         round_s = time.perf_counter() - t0
         last = r == spec.rounds - 1
+        peak = (
+            peak_rss_mb()
+        )  # the round's, before the floors' own matrices (their peak is not ours)
         floor = gemm_floor(backend, samples) if last else None
         gen_floor = decode_floor(backend, prompts, groups) if last else None
         report(
@@ -210,6 +214,7 @@ def run_sapo(spec: Spec) -> None:
             reward_mean=sum(rewards) / len(rewards),
             gemm_floor_s=floor,
             gen_floor_s=gen_floor,
+            peak_rss_mb=peak,
         )
 
 
