@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke", action="store_true", help="tiny shapes (CI): 2 questions x 2, 8 tokens"
     )
     ap.add_argument(
+        "--stand-in-rewards",
+        action="store_true",
+        help="workers.stand_in_reward for every completion (a random model, e.g. "
+        "runs/bench/qwen2.5-0.5b-shape, earns none: every completion then trains)",
+    )
+    ap.add_argument(
         "--trim", action="store_true", help="hand freed heap back to the OS after each phase"
     )
     ap.add_argument(
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = resolve_model(args.model, progress=print)
     spec = Spec(model_dir=str(model.path), model_id=model.model_id, dtype=args.dtype)
+    spec.stand_in_rewards = args.stand_in_rewards
     if args.smoke:
         spec.questions, spec.group_size, spec.max_new_tokens = 2, 2, 8
     cfg = spec.config(micro_batch_size=args.micro_batch)
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         groups = generate_round(backend, spec, prompts, seed=r)
         phase_done(r, f"generation {time.perf_counter() - t0:.1f} s")
-        samples, _ = scored_samples(tasks, prompts, groups)
+        samples, _ = scored_samples(tasks, prompts, groups, spec.stand_in_rewards)
         stats = backend.train_step(samples)
         rows = sum(s.advantage != 0 for s in samples)
         phase_done(r, f"step {stats.seconds:.1f} s, {rows} rows, {stats.tokens} tokens")

@@ -70,7 +70,7 @@ RATIO_NAMES = {
     "round_s": "seconds per round",
     "step_s": "seconds per train step",
     "peak_rss_mb": "peak RSS",
-    "above_rest_mb": "peak RSS above resting",
+    "above_rest_mb": "rounds' peak RSS above resting",
 }
 
 
@@ -130,7 +130,10 @@ def summarise(rows: list[dict]) -> dict:
         "step_s": median(rows, "step_s"),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in rows),
         "rest_rss_mb": max(r.get("rest_rss_mb", 0.0) for r in rows),
-        "above_rest_mb": max(r["peak_rss_mb"] - r.get("rest_rss_mb", 0.0) for r in rows),
+        # the rounds' own peak (since the model was loaded) above the resting floor
+        "above_rest_mb": max(
+            r.get("rounds_peak_rss_mb", r["peak_rss_mb"]) - r.get("rest_rss_mb", 0.0) for r in rows
+        ),
         "gen_tokens": median(rows, "gen_tokens"),
         "informative_groups": sum(r.get("informative_groups", 0) for r in rows),
         "reward_mean": statistics.fmean(r.get("reward_mean", 0.0) for r in rows),
@@ -263,9 +266,9 @@ def render(args, spec: Spec, summary: dict, raw: dict, scale: list[dict], wall: 
         ("round_s", "seconds per round", "{:.1f}"),
         ("gen_tok_s", "generation tokens/s", "{:.1f}"),
         ("step_s", "seconds per train step", "{:.1f}"),
-        ("peak_rss_mb", "peak RSS (MB)", "{:,.0f}"),
+        ("peak_rss_mb", "peak RSS, loading included (MB)", "{:,.0f}"),
         ("rest_rss_mb", "resting RSS, loaded (MB)", "{:,.0f}"),
-        ("above_rest_mb", "peak RSS above resting (MB)", "{:,.0f}"),
+        ("above_rest_mb", "rounds' peak RSS above resting (MB)", "{:,.0f}"),
         ("reward_mean", "mean reward", "{:.3f}"),
     ):
         lines.append(

@@ -58,9 +58,9 @@ def test_tuned_is_compared_at_the_same_dtype_and_by_memory_above_rest():
     assert "0.40 (target <= 0.5: met)" in ratios["sapo-edge float32 / TRL tuned"]  # seconds
     assert "0.25 (target <= 0.5: met)" in ratios["sapo-edge bfloat16 / TRL tuned bfloat16"]
     assert "0.08 (target <= 0.3: met)" in ratios["sapo-edge float32 / TRL default"]  # raw peak
-    assert "| peak RSS above resting (MB) | 16,000 | 600 | 400 | 400 | 100 |" in text
+    assert "| rounds' peak RSS above resting (MB) | 16,000 | 600 | 400 | 400 | 100 |" in text
     missed = next(ln for ln in text.splitlines() if ln.startswith("Targets missed: "))
     assert missed == (
         "Targets missed: sapo-edge float32 / TRL default: seconds per round; "
-        "sapo-edge float32 / TRL tuned: peak RSS above resting."
+        "sapo-edge float32 / TRL tuned: rounds' peak RSS above resting."
     )
