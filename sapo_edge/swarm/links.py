@@ -214,12 +214,12 @@ class LinkLayer(Dialing, LinkLife):
             await link.ws.close()
         for outbox in self._outboxes.values():
             outbox.close()
-        if self._serving:  # inbound handshakes in progress: their handlers end now
+        # inbound handshakes in progress (linked websockets were closed above): their handlers
+        # end now, before aiohttp's cleanup would cancel them
+        if left := [ws for ws in self._serving if not ws.closed]:
             with self._lock:
-                self.counters["closed_at_stop"] += len(self._serving)
-            await asyncio.gather(
-                *(ws.close() for ws in list(self._serving)), return_exceptions=True
-            )
+                self.counters["closed_at_stop"] += len(left)
+            await asyncio.gather(*(ws.close() for ws in left), return_exceptions=True)
         if self._session:
             await self._session.close()
         if self._runner:
