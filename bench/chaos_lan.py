@@ -167,6 +167,18 @@ class NodeProc:
                 return m.group(1)
         return ""
 
+    def errors(self) -> list[str]:
+        """The node's own lines that hold a traceback or the word "error" (trace lines aside)."""
+        return [
+            ln
+            for _, ln in self.lines
+            if _TRACE not in ln and ("Traceback" in ln or "error" in ln.lower())
+        ]
+
+    def save(self, work: Path) -> None:
+        """Its output, timestamped, in work/NAME.out."""
+        (work / f"{self.name}.out").write_text("".join(f"{t:.3f} {ln}\n" for t, ln in self.lines))
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -265,7 +277,7 @@ def run_lan(
                 p.stop()
     out["exit_codes"] = [p.proc.returncode for p in procs]  # 143: stopped by our SIGTERM
     for p in procs:
-        (work / f"{p.name}.out").write_text("".join(f"{t:.3f} {ln}\n" for t, ln in p.lines))
+        p.save(work)
     out["rounds"] = {}
     for p in procs:
         rows = [
@@ -281,11 +293,7 @@ def run_lan(
             "received": sum(r["received"] for r in rows),
             "external_trained": sum(r["external_used"] for r in rows),
             "pool": rows[-1]["pool"] if rows else None,
-            "errors": [
-                ln
-                for _, ln in p.lines
-                if _TRACE not in ln and ("Traceback" in ln or "error" in ln.lower())
-            ][:3],
+            "errors": p.errors()[:3],
         }
     out["why"] = _failed(out)
     out["ok"] = not out["why"]

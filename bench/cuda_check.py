@@ -47,6 +47,15 @@ def _prompts() -> list:
     return [build_messages(q) for q in QUESTIONS]
 
 
+def _samples(prompts: list, groups: list) -> list[Sample]:
+    """Every completion as a training sample, advantages +1/-1 by position in its group."""
+    return [
+        Sample(p, c, 1.0 if i % 2 == 0 else -1.0)
+        for p, grp in zip(prompts, groups, strict=True)
+        for i, c in enumerate(grp)
+    ]
+
+
 def _max_diff(a: list[list[float]], b: list[list[float]]) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
@@ -72,11 +81,7 @@ def check_same_numbers(model: Path) -> dict:
         b.reset(7)
     gen = dict(max_new_tokens=24, temperature=1.0, top_p=1.0)
     groups = gpu.generate(_prompts(), 4, **gen, seed=1)
-    samples = [
-        Sample(p, c, 1.0 if i % 2 == 0 else -1.0)
-        for p, grp in zip(_prompts(), groups, strict=True)
-        for i, c in enumerate(grp)
-    ]
+    samples = _samples(_prompts(), groups)
     out: dict = {"samples": len(samples), "tokens": sum(s.completion.tokens for s in samples)}
     out["logp_max_diff"] = _max_diff(cpu.logprobs(samples), gpu.logprobs(samples))
     ends = {c.end_id for grp in groups for c in grp if c.finished}
@@ -169,11 +174,7 @@ def time_qwen_shape(tokenizer: Path, work: Path) -> dict:
         groups = b.generate(prompts, 8, **gen, seed=1)
         torch.cuda.synchronize()
         gen_s = time.perf_counter() - t0
-        samples = [
-            Sample(p, c, 1.0 if i % 2 == 0 else -1.0)
-            for p, grp in zip(prompts, groups, strict=True)
-            for i, c in enumerate(grp)
-        ]
+        samples = _samples(prompts, groups)
         b.train_step(samples)  # warm-up: the optimizer state
         torch.cuda.synchronize()
         t0 = time.perf_counter()

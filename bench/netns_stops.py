@@ -41,10 +41,8 @@ def one_run(model: Path, work: Path, rng: random.Random, cut: bool) -> list[str]
         f"{p.name} exited {p.proc.returncode}" for p in procs if p.proc.returncode not in (0, 143)
     ]
     for p in procs:
-        bad += [
-            f"{p.name}: {ln}" for _, ln in p.lines if "Traceback" in ln or "error" in ln.lower()
-        ]
-        (work / f"{p.name}.out").write_text("".join(f"{t:.3f} {ln}\n" for t, ln in p.lines))
+        bad += [f"{p.name}: {ln}" for ln in p.errors()]
+        p.save(work)
     return bad
 
 

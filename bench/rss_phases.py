@@ -24,7 +24,9 @@ from workers import (  # noqa: E402
     Spec,
     fixed_tasks,
     generate_round,
+    proc_mb,
     release_memory,
+    reset_peak,
     scored_samples,
 )
 
@@ -32,15 +34,8 @@ from sapo_edge.prompts import build_messages  # noqa: E402
 
 
 def rss_mb() -> dict[str, int]:
-    """Current (VmRSS) and peak-since-reset (VmHWM) resident memory, in MB."""
-    with open("/proc/self/status") as fh:
-        rows = [line.split() for line in fh if line.startswith(("VmHWM", "VmRSS"))]
-    return {r[0].rstrip(":"): int(r[1]) // 1024 for r in rows}
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
+    """Current (VmRSS) and peak-since-reset (VmHWM) resident memory, in whole MB."""
+    return {k: int(v) for k, v in proc_mb().items()}
 
 
 def main(argv: list[str] | None = None) -> int:

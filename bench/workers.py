@@ -102,22 +102,30 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def rss_mb() -> float:
-    """Resident memory now (MB)."""
-    import psutil
+def proc_mb() -> dict[str, float]:
+    """Resident memory now (VmRSS) and its peak since reset_peak() (VmHWM), in MB (Linux)."""
+    with open("/proc/self/status") as fh:
+        rows = [line.split() for line in fh if line.startswith(("VmHWM", "VmRSS"))]
+    return {r[0].rstrip(":"): int(r[1]) / 1024 for r in rows}
 
-    return psutil.Process().memory_info().rss / 2**20
+
+def reset_peak() -> bool:
+    """Restart VmHWM from the current RSS (Linux's /proc/self/clear_refs); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
 
 
-REST: dict[str, float] = {}
+REST: dict[str, float] = {}  # rest_rss_mb, in every RESULT
+_PEAK_RESET = [False]  # VmHWM was restarted at ready(): the rounds' own peak can be read
 
 
 def rounds_peak_mb() -> float:
-    """Peak RSS since ready() (Linux: VmHWM, reset there), else the process's whole peak."""
-    if not REST.get("peak_reset"):
-        return peak_rss_mb()
-    with open("/proc/self/status") as fh:
-        return next(int(ln.split()[1]) for ln in fh if ln.startswith("VmHWM")) / 1024
+    """Peak RSS since ready() where VmHWM was reset there, else the process's whole peak."""
+    return proc_mb()["VmHWM"] if _PEAK_RESET[0] else peak_rss_mb()
 
 
 def ready() -> None:
@@ -125,13 +133,8 @@ def ready() -> None:
     every RESULT), start the rounds' own peak (loading a model peaks above what a round holds:
     3.3 GB against 2.3 GB resting at Qwen2.5-0.5B's shapes) and tell the driver it is loaded."""
     release_memory()
-    REST["rest_rss_mb"] = rss_mb()
-    try:  # Linux: VmHWM restarts from here
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        REST["peak_reset"] = 1.0
-    except OSError:
-        pass
+    REST["rest_rss_mb"] = proc_mb()["VmRSS"]
+    _PEAK_RESET[0] = reset_peak()
     print("READY", flush=True)
 
 
