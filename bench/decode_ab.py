@@ -61,7 +61,7 @@ def v1_select(self, buf: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return buf[indices]
 
 
-class V1LeanLora(torch_decode._LeanLora):
+class V1LeanLora(torch_decode.LeanLora):
     def __init__(self, base, a, b, scale):
         dtype = base.weight.dtype
         super().__init__(base, a.to(dtype), b.to(dtype), scale)
@@ -73,7 +73,7 @@ class V1LeanLora(torch_decode._LeanLora):
 CURRENT = {
     "prefill": torch_backend.TorchBackend._prefill,
     "select": torch_decode._GrowingLayer._select,
-    "lean": torch_decode._LeanLora,
+    "lean": torch_decode.LeanLora,
     "sample": torch_decode.sample,
     "cache": torch_decode.growing_cache,
 }
@@ -91,7 +91,7 @@ def use(backend, variant: str) -> None:
     )
     torch_backend.TorchBackend._prefill = CURRENT["prefill"] if now else v1_prefill
     torch_decode._GrowingLayer._select = CURRENT["select"] if now else v1_select
-    torch_decode._LeanLora = CURRENT["lean"] if now else V1LeanLora
+    torch_decode.LeanLora = CURRENT["lean"] if now else V1LeanLora
 
 
 def main() -> None:

@@ -222,7 +222,7 @@ def test_the_step_runs_fused_layers_and_keeps_peft_dropout_where_it_is_on(tiny_q
         calls.clear()
         b.train_step(samples)
         fused[drop] = len(calls)
-        peft_layers = [n for n, m in b.model.named_modules() if type(m).__name__ == "_LeanLora"]
+        peft_layers = [n for n, m in b.model.named_modules() if type(m).__name__ == "LeanLora"]
         assert peft_layers == []  # the swap is undone
         after[drop] = torch.cat([p.detach().flatten() for p in b.params])
         b.close()

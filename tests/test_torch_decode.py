@@ -106,10 +106,10 @@ def test_fused_generation_picks_the_unfused_tokens(tiny_qwen):
     for lean in (False, True):
         with merged_lora(b.model, b.adapter, True, lean):
             names = [type(m).__name__ for m in b.model.modules()]
-        kinds[lean] = {k: names.count(k) for k in ("_MergedLinear", "_LeanLora")}
+        kinds[lean] = {k: names.count(k) for k in ("_MergedLinear", "LeanLora")}
     layers = kinds[False]["_MergedLinear"]
-    assert layers == 2 * len(b.cfg.lora_targets) and kinds[False]["_LeanLora"] == 0
-    assert kinds[True] == {"_MergedLinear": 0, "_LeanLora": layers}
+    assert layers == 2 * len(b.cfg.lora_targets) and kinds[False]["LeanLora"] == 0
+    assert kinds[True] == {"_MergedLinear": 0, "LeanLora": layers}
 
     b.close()
 

@@ -164,7 +164,7 @@ class _MergedLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-class _LeanLora(nn.Module):
+class LeanLora(nn.Module):
     """W x + scale * B (A x) with the adapter's own A and B (float32 in a bfloat16 model), peft's
     arithmetic without its per-call checks, dropout and adapter dispatch. Differentiable in A
     and B: the train step runs it too, as one op (lora_fused.py; float32 A and B under a bfloat16
@@ -218,7 +218,7 @@ def merged_lora(model: nn.Module, adapter: str, enabled: bool = True, lean: bool
                     swap: nn.Module = _MergedLinear(base.weight + delta, base.bias)
                 else:
                     a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
-                    swap = _LeanLora(base, a, b, layer.scaling[adapter])
+                    swap = LeanLora(base, a, b, layer.scaling[adapter])
                 setattr(parent, attr, swap)
                 swapped.append((parent, attr, layer))
         yield

@@ -17,12 +17,13 @@ from peft import PeftModel
 from ..config import Config
 from .attention_kernels import attention_kernels
 from .base import Sample, StepStats
+from .gated_mlp import lean_gated_mlps
 from .head_logps import head_logps
 from .heap import returned_heap
 from .lora_init import step_seed
 from .shared_prefix import SharedPrefix
 from .tokens import training_sequences
-from .torch_decode import kv_cache, merged_lora
+from .torch_decode import LeanLora, kv_cache, merged_lora
 
 # model types whose CausalLM forward computes logits as lm_head(hidden) and nothing more
 _PLAIN_HEAD_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
@@ -156,11 +157,13 @@ class TorchLoss:
                 if cfg.lora_dropout > 0:  # the dropout masks of step k are the same after a resume
                     torch.manual_seed(step_seed(self.seed, self._steps_taken()))
                 # LoRA as one op per layer (lora_fused.py), where peft's own layer is not needed:
-                # its dropout, or its adapter switched off for the beta > 0 reference
+                # its dropout, or its adapter switched off for the beta > 0 reference; and each
+                # gated MLP keeping half its activations for the backward (gated_mlp.py)
                 fused = self.fuse_lora and cfg.lora_dropout == 0 and cfg.beta == 0
                 with (
                     attention_kernels(self.device),
                     merged_lora(self.model, self.adapter, fused, lean=True),
+                    lean_gated_mlps(self.model, LeanLora, fused),
                 ):
                     loss_sum, clipped = self._accumulate(work, total_tokens, progress)
             grad_norm = 0.0
