@@ -98,6 +98,15 @@ def test_rss_phases_smoke_reports_each_phase_peak(tiny_qwen, tmp_path):
     assert "round 0 step" in merged
 
 
+def test_step_memory_smoke_measures_both_mlps(tiny_qwen, tmp_path):
+    args = [str(ROOT / "bench/step_memory.py"), "--model", str(tiny_qwen)]
+    out = _run([*args, "--rows", "2", "--tokens", "8", "--pairs", "1"], tmp_path).stdout
+    runs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [r["mode"] for r in runs] == ["gated", "plain"], out
+    assert all(r["rest_mb"] > 50 and r["above_rest_mb"] >= 0 and r["step_s"] > 0 for r in runs)
+    assert re.search(r"^\| gated \| [\d,]+ \| [\d.]+ \| 1 \|$", out, re.M), out
+
+
 def test_sweep_smoke_runs_every_split_and_reports(tiny_qwen, tmp_path):
     cfg = (ROOT / "experiments/sweep.toml").read_text()
     cfg = cfg.replace('model = "smollm2-135m"', f'model = "{tiny_qwen}"')

@@ -214,3 +214,36 @@ def test_the_step_runs_it_with_the_same_gradients(tiny_qwen, monkeypatch, dtype)
     assert calls == 2 * 3 and none == 0
     assert want.abs().sum() > 0
     assert (got - want).abs().max() <= 1e-6 * want.abs().max()
+
+
+@pytest.mark.parametrize(
+    ("module", "cls"),
+    [
+        ("llama", "LlamaMLP"),
+        ("qwen2", "Qwen2MLP"),
+        ("qwen3", "Qwen3MLP"),
+        ("mistral", "MistralMLP"),
+    ],
+)
+def test_the_swapped_classes_still_compute_what_the_op_does(module, cls):
+    """The swap goes by class name: each class's forward in the installed transformers must
+    still be down(act(gate(x)) * up(x)), or a new release changed what the op stands in for."""
+    import importlib
+    import inspect
+
+    from sapo_edge.backends.gated_mlp import _GATED_MLPS
+
+    assert cls in _GATED_MLPS
+    mod = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    body = "".join(inspect.getsource(getattr(mod, cls).forward).split())
+    assert body == (
+        "defforward(self,x):"
+        "down_proj=self.down_proj(self.act_fn(self.gate_proj(x))*self.up_proj(x))"
+        "returndown_proj"
+    )
+
+
+def test_every_swapped_class_is_checked_above():
+    from sapo_edge.backends.gated_mlp import _GATED_MLPS
+
+    assert {"LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP"} == _GATED_MLPS
