@@ -128,10 +128,24 @@ def rounds_peak_mb() -> float:
     return proc_mb()["VmHWM"] if _PEAK_RESET[0] else peak_rss_mb()
 
 
-def ready() -> None:
-    """Record the resting floor (the loaded model and runtime, before any round: `rest_rss_mb` in
-    every RESULT), start the rounds' own peak (loading a model peaks above what a round holds:
-    3.3 GB against 2.3 GB resting at Qwen2.5-0.5B's shapes) and tell the driver it is loaded."""
+def page_in(model) -> None:
+    """Read every weight once: a float32 safetensors file is memory-mapped, and its pages join
+    the process's RSS only when first touched (SmolLM2's 538 MB file: 448 MB resident after
+    loading), which would count part of the weights as the first round's memory."""
+    import torch
+
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            t.sum()
+
+
+def ready(model=None) -> None:
+    """Record the resting floor (the loaded model, every weight resident, and runtime, before any
+    round: `rest_rss_mb` in every RESULT), start the rounds' own peak (loading a model peaks
+    above what a round holds: 3.3 GB against 2.3 GB resting at Qwen2.5-0.5B's shapes) and tell
+    the driver it is loaded."""
+    if model is not None:
+        page_in(model)
     release_memory()
     REST["rest_rss_mb"] = proc_mb()["VmRSS"]
     _PEAK_RESET[0] = reset_peak()
@@ -206,7 +220,7 @@ def run_sapo(spec: Spec) -> None:
     tasks = fixed_tasks(spec)
     prompts = [build_messages(t.question) for t in tasks]
     backend = load_backend(Path(spec.model_dir), cfg, "bench", "cpu", log, kind="torch")
-    ready()
+    ready(backend.model)
     for r in range(spec.rounds):
         if not wait_go():
             return
@@ -497,7 +511,7 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
             )
 
     trainer.add_callback(Lockstep())
-    ready()
+    ready(trainer.model)
     trainer.train()
 
 
@@ -525,7 +539,7 @@ def run_node(spec: Spec) -> None:
     )
     peers = [hub.connect(f"peer-{p}") for p in range(8)]
     peer_tasks = TaskSampler(spec.domains, spec.domain_configs, spec.seed + 1)
-    ready()
+    ready(backend.model)
     for r in range(spec.rounds):
         if not wait_go():
             return
