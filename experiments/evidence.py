@@ -85,6 +85,8 @@ def cell_config(args: argparse.Namespace, seed: int | None, split: str):
     overrides: dict = {"resume": True, "seed": 0 if seed is None else seed, "dtype": args.dtype}
     if args.rounds:
         overrides["rounds"] = args.rounds
+    if args.checkpoint_every:
+        overrides["checkpoint_every"] = args.checkpoint_every
     mix = split.removesuffix(TARGETED)
     if split != BASE:
         overrides["external_sampling"] = "targeted" if split.endswith(TARGETED) else "uniform"
@@ -318,6 +320,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", type=Path, default=HERE / "sweep.toml")
     ap.add_argument("--label", default="main", help="which experiment (main; long for --rounds 24)")
     ap.add_argument("--rounds", type=int, default=0, help="override the config's rounds")
+    ap.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="override the config's checkpoint_every (a lane stopped between sessions loses less)",
+    )
     ap.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="seeds (0,1,2)")
     ap.add_argument(
         "--splits", type=_names, default=["8/0", "4/4", "adaptive"], help="run on every seed"

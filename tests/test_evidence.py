@@ -93,6 +93,15 @@ def test_targeted_splits_name_their_external_sampling(tmp_path):
         evidence.check_split("4/4+smart")
 
 
+def test_checkpoint_every_overrides_the_config_only_when_given(tmp_path):
+    """A lane stopped between sessions resumes from its newest checkpoint: --checkpoint-every 1
+    makes that the last round; without it the config's own interval stays."""
+    plain = evidence.parser().parse_args(["--out", str(tmp_path)])
+    often = evidence.parser().parse_args(["--out", str(tmp_path), "--checkpoint-every", "1"])
+    assert evidence.cell_config(plain, 0, "8/0").checkpoint_every == 6  # sweep.toml's
+    assert evidence.cell_config(often, 0, "8/0").checkpoint_every == 1
+
+
 def _cell(split, seed, total, pass_at_1=0.3, js=(4, 4)):
     half = total / 2
     return {
