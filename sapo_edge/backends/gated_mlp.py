@@ -126,7 +126,7 @@ def lean_gated_mlps(model: nn.Module, lean_layer: type, enabled: bool = True):
         return
     swapped = []
     try:
-        for parent, attr, mlp in _gated_mlps(model, lean_layer):
+        for parent, attr, mlp in list(_gated_mlps(model, lean_layer)):  # found, then swapped
             setattr(parent, attr, _LeanGatedMlp(mlp))
             swapped.append((parent, attr, mlp))
         yield
