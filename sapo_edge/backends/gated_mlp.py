@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .lora_fused import lora_backward, lora_forward
+from .lora_fused import fusable, lora_backward, lora_forward
 
 # modeling classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)) and nothing else
 _GATED_MLPS = frozenset({"LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP"})
@@ -91,15 +91,7 @@ class _LeanGatedMlp(nn.Module):
         m = self.mlp
         g, u, down = m.gate_proj(x), m.up_proj(x), m.down_proj
         base = down.base
-        frozen = not base.weight.requires_grad and (
-            base.bias is None or not base.bias.requires_grad
-        )
-        if (
-            torch.is_grad_enabled()
-            and frozen
-            and g.dtype == u.dtype == base.weight.dtype
-            and down.a.dtype == down.b.dtype
-        ):
+        if g.dtype == u.dtype and fusable(g, base.weight, base.bias, down.a, down.b):
             return GatedLoraDown.apply(g, u, base.weight, base.bias, down.a, down.b, down.scale)
         return down(m.act_fn(g) * u)
 

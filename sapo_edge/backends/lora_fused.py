@@ -84,14 +84,20 @@ class LoraLinear(torch.autograd.Function):
         return None if gx is None else gx.view(ctx.x_shape), None, None, ga, gb, None
 
 
+def fusable(x, weight, bias, a, b) -> bool:
+    """Whether the one-op path applies: gradients on, a frozen base whose dtype x shares, and A
+    and B of one dtype (float32 under a bfloat16 base included)."""
+    frozen = not weight.requires_grad and (bias is None or not bias.requires_grad)
+    return torch.is_grad_enabled() and frozen and x.dtype == weight.dtype and a.dtype == b.dtype
+
+
 def lora_linear(x, weight, bias, a, b, scale: float) -> torch.Tensor:
     """LoraLinear where it pays: with gradients and a frozen base whose dtype x shares (A and B in
     that dtype or another, float32 under a bfloat16 base). Otherwise peft's own arithmetic (x
     cast to A's dtype for the LoRA term, the sum cast back to x's): without gradients (sampling)
     the one op saved nothing and the Function call cost ~7% of tokens/s (SmolLM2, float32, 2
     cores)."""
-    frozen = not weight.requires_grad and (bias is None or not bias.requires_grad)
-    if torch.is_grad_enabled() and frozen and x.dtype == weight.dtype and a.dtype == b.dtype:
+    if fusable(x, weight, bias, a, b):
         return LoraLinear.apply(x, weight, bias, a, b, scale)
     lora = torch.nn.functional.linear(torch.nn.functional.linear(x.to(a.dtype), a), b) * scale
     return (torch.nn.functional.linear(x, weight, bias) + lora).to(x.dtype)
