@@ -24,6 +24,7 @@ from workers import (  # noqa: E402
     Spec,
     fixed_tasks,
     generate_round,
+    page_in,
     proc_mb,
     release_memory,
     reset_peak,
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [build_messages(t.question) for t in tasks]
     backend = load_backend(Path(spec.model_dir), cfg, "rss", "cpu", print, kind="torch")
     backend.lean_lora = not args.merged
+    page_in(backend.model)  # the resting floor holds every weight (workers.ready)
     print(f"load: {rss_mb()}")
     release_memory()
     reset_peak()

@@ -125,6 +125,7 @@ def test_growing_cache_matches_dynamic_cache_even_when_it_outgrows_its_plan(tiny
         for name, cache in (
             ("dynamic", DynamicCache(config=model.config)),
             ("growing", growing_cache(model.config, capacity=4)),  # too small: it must grow
+            ("planned", growing_cache(model.config, capacity=1000)),  # room for long completions
         ):
             logits = [model(input_ids=ids[:, :-3], **kv_cache(model, cache)).logits]
             cache.batch_repeat_interleave(2)
@@ -133,8 +134,14 @@ def test_growing_cache_matches_dynamic_cache_even_when_it_outgrows_its_plan(tiny
                 step = ids[:, -j:][:, :1]
                 logits.append(model(input_ids=step, **kv_cache(model, cache)).logits)
             out[name] = torch.cat([t[:, -1] for t in logits])
+            if name == "planned":  # the buffers hold what is filled and a margin, not the plan
+                layer = cache.layers[0]
+                prefilled = ids.shape[1] - 3
+                assert layer._k.shape[0] == 2 and layer.length == prefilled + 3
+                assert layer._k.shape[2] == prefilled + max(16, prefilled // 4)
     assert type(growing_cache(model.config, 4).layers[0]).__name__ == "_GrowingLayer"
     assert torch.allclose(out["growing"], out["dynamic"], atol=1e-5)
+    assert torch.equal(out["planned"], out["growing"])
     b.close()
 
 
