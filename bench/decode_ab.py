@@ -7,8 +7,11 @@ GEMM floors measured after each run.
 Variants (each the current code with some helpers swapped back):
 - old: before issue 15 (DynamicCache, torch.multinomial, peft's unmerged LoRA), and v1's parts;
 - v1: issue 15's first pass (a prefill through the LM head, the cache compacted whole, bfloat16
-  LoRA with A and B cast to bfloat16, a float64 cumulative sum over the whole vocabulary);
-- now: the current loop.
+  LoRA with A and B cast to bfloat16, a float64 cumulative sum over the whole vocabulary), and
+  v2's parts;
+- v2: before issue 33's cache work (key/value heads copied for each query head before attention,
+  transformers' repeat_kv; the KV cache allocated for the whole call's plan at the start);
+- now: the current loop (the same tokens as v2, bit for bit).
 
 The same 4 prompts x 8 completions as bench/vs_trl.py; LoRA B is drawn non-zero so the adapter
 matters. Prints tokens/s per run and each run's ratio to both floors (workers.decode_floor: the
@@ -19,6 +22,7 @@ weights stay in the CPU cache), then the medians.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -31,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workers import Spec, decode_floor, fixed_tasks, generate_round  # noqa: E402
 
 from sapo_edge.backends import (  # noqa: E402
+    attention_kernels,
     load_backend,  # noqa: E402
     torch_backend,
     torch_decode,
@@ -57,8 +62,10 @@ def v1_prefill(self, ids, mask, pos, cache) -> None:
     )
 
 
-def v1_select(self, buf: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    return buf[indices]
+def v1_copy(self, buf: torch.Tensor, rows: torch.Tensor, capacity: int) -> torch.Tensor:
+    if capacity != buf.shape[2]:  # growing: as now
+        return CURRENT["copy"](self, buf, rows, capacity)
+    return buf[rows]  # rows kept or repeated: the whole buffer, margin included
 
 
 class V1LeanLora(torch_decode.LeanLora):
@@ -72,11 +79,16 @@ class V1LeanLora(torch_decode.LeanLora):
 
 CURRENT = {
     "prefill": torch_backend.TorchBackend._prefill,
-    "select": torch_decode._GrowingLayer._select,
+    "copy": torch_decode._GrowingLayer._copy,
     "lean": torch_decode.LeanLora,
     "sample": torch_decode.sample,
     "cache": torch_decode.growing_cache,
+    "room": torch_decode._GrowingLayer._room,
 }
+
+
+def v2_room(self, end: int) -> int:
+    return max(end, self.capacity)  # the whole plan
 
 
 def use(backend, variant: str) -> None:
@@ -84,14 +96,17 @@ def use(backend, variant: str) -> None:
     from transformers import DynamicCache
 
     now, old = variant == "now", variant == "old"
+    late = now or variant == "v2"  # issue 15's helpers as they ended
     backend.fuse_lora = not old
-    torch_backend.sample = old_sample if old else CURRENT["sample"] if now else v1_sample
+    torch_backend.sample = old_sample if old else CURRENT["sample"] if late else v1_sample
     torch_backend.growing_cache = (
         (lambda config, cap: DynamicCache(config=config)) if old else CURRENT["cache"]
     )
-    torch_backend.TorchBackend._prefill = CURRENT["prefill"] if now else v1_prefill
-    torch_decode._GrowingLayer._select = CURRENT["select"] if now else v1_select
-    torch_decode.LeanLora = CURRENT["lean"] if now else V1LeanLora
+    torch_backend.TorchBackend._prefill = CURRENT["prefill"] if late else v1_prefill
+    torch_decode._GrowingLayer._copy = CURRENT["copy"] if late else v1_copy
+    torch_decode.LeanLora = CURRENT["lean"] if late else V1LeanLora
+    os.environ[attention_kernels.GQA_SWITCH] = "1" if now else "0"
+    torch_decode._GrowingLayer._room = CURRENT["room"] if now else v2_room
 
 
 def main() -> None:
@@ -100,7 +115,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--variants", default="v1,now", help="comma-separated, of old, v1, now")
+    ap.add_argument("--variants", default="v1,now", help="comma-separated, of old, v1, v2, now")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     a = ap.parse_args()
     if a.threads:

@@ -10,15 +10,16 @@ allowed and 8.3 s without (7.1 s and 6.7 s once every length had its plan): docs
 memory-efficient attention need no plan.
 
 On the CPU, transformers hands a model with fewer key/value heads than query heads (Qwen2.5: 14
-and 2, SmolLM2: 9 and 3) to torch's attention only after copying every key and value head for
-each query head it serves (`repeat_kv`), unless no mask is given, and sapo-edge always gives one
-(left padding, prefixes). That copies the whole KV cache at every decode step, layer after layer
-(SmolLM2, 32 rows x 174 tokens: ~25 MB a layer, 5.3 ms against 0.9 ms with the heads grouped in
-the kernel; an AVX2 EPYC, busy), and the train step keeps the copies for its backward. torch's CPU
-kernel takes the grouped heads itself (`enable_gqa`, torch >= 2.5) with the same result, bit for
-bit in float32 and bfloat16 (tests/test_attention_kernels.py); transformers' own switch for it is
-the environment variable TRANSFORMERS_SDPA_FORCE_GQA, which a CPU backend sets for its process
-unless the user set it.
+and 2, SmolLM2: 9 and 3) to torch's attention after copying every key/value head once for each
+query head it serves (`repeat_kv`) whenever more than one query position is given with a mask:
+the prompt's prefill and every row of the train step, whose backward keeps the copies (a decode
+step folds the query heads instead). torch's CPU kernel groups the heads itself (`enable_gqa`,
+torch >= 2.5) with the same result, bit for bit in float32 and bfloat16, and gradients equal to
+rounding (tests/test_attention_kernels.py). transformers' switch for it is the environment
+variable TRANSFORMERS_SDPA_FORCE_GQA, which a CPU backend sets for its process unless the user set
+it. Measured (AMD EPYC, quiet, float32, 128 new tokens): a train step's peak above resting 263 ->
+243 MB (SmolLM2, 8 rows) and 365 -> 348 MB (Qwen2.5-0.5B's shapes, 4 rows), its time unchanged
+within the noise (9.8 -> 9.3 s, 24.3 -> 24.0 s, medians of 3 and 2).
 """
 
 from __future__ import annotations
