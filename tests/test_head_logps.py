@@ -5,6 +5,8 @@ tensor larger than a chunk in the train step's forward and backward."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -165,3 +167,31 @@ def test_the_step_log_probs_are_the_unchunked_ones_with_smaller_logits(
     assert got_most <= per * vocab < want_most
     assert want_most >= where.numel() * vocab
     b.close()
+
+
+def _hwm_mb() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux's peak RSS reset")
+def test_the_log_sum_exp_is_torch_s_with_no_second_copy_of_the_logits():
+    gen = torch.Generator().manual_seed(3)
+    small = (torch.randn(5 * hl.LSE_ROWS + 3, 3000, generator=gen) * 4).to(torch.bfloat16)
+    for logits in (small, small.float()):
+        assert torch.equal(hl.logsumexp_rows(logits), torch.logsumexp(logits, -1))
+    # one chunk of 64 tokens x a 200,000-token vocabulary: 51 MB of float32 logits, each block
+    # above glibc's largest mmap threshold, so its pages count in the peak only while it lives
+    vocab, n = 200_000, 64
+    weight = torch.randn(vocab, 8, generator=gen)
+    hidden = torch.randn(n, 8, generator=gen).requires_grad_()
+    targets = torch.randint(0, vocab, (n,), generator=gen)
+    logits_mb = 4 * n * vocab / 2**20
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = _hwm_mb()
+    hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)
+    # torch.logsumexp over the chunk takes a temporary as large as the logits (~2x in all)
+    assert _hwm_mb() - before < 1.5 * logits_mb
