@@ -79,7 +79,7 @@ def test_the_summed_gradient_goes_through_the_prompt_once(bf16):
     for p in bf16.params:  # the shares reach no LoRA weight before backward(): leaves stop them
         assert p.grad is None
     prefix.backward()
-    assert prefix._leaves == [] and prefix._graph == []  # the graph is let go
+    assert prefix._leaves == []  # let go
     got = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in bf16.params]
 
     for p in bf16.params:
@@ -100,3 +100,46 @@ def test_the_summed_gradient_goes_through_the_prompt_once(bf16):
         moved += bool(want.abs().sum() > 0)
     # the last layer's o/gate/up/down do not reach its keys and values; all else does
     assert moved >= len(got) // 2
+
+
+def test_the_prompt_runs_again_for_the_gradient_with_the_first_run_s_dropout_masks(tiny_qwen):
+    """The prompt's first run keeps no graph; backward() runs it again with one. With LoRA
+    dropout on, that second run must draw the first run's masks, whatever the micro-batches drew
+    in between: the LoRA gradient is then the one a single run with the graph gives."""
+    from transformers import DynamicCache
+
+    from sapo_edge.backends.torch_decode import kv_cache
+
+    cfg = Config(model=str(tiny_qwen), dtype="float32", lora_r=4, lora_dropout=0.5)
+    b = TorchBackend(tiny_qwen, cfg, adapter="prefix_drop", device="cpu", log=lambda m: None)
+    try:
+        b.reset(3)
+        comp = b.encode_completion("<answer>5</answer>", finished=True, max_new_tokens=16)
+        b.train_step([Sample(MSGS, comp, 1.0)])  # LoRA B non-zero: dropout changes the keys
+        b.model.train()
+        prompt, decoder = _prompt(b), b.lm.get_decoder()
+
+        def gradient(way: str, seed: int) -> list[torch.Tensor]:
+            for p in b.params:
+                p.grad = None
+            torch.manual_seed(seed)
+            if way == "shared":
+                prefix = b._prefix(prompt)
+                torch.manual_seed(99)  # the micro-batches draw on
+                cache = prefix.cache(1)
+            else:  # one run with the graph
+                cache = DynamicCache(config=b.model.config)
+                decoder(input_ids=torch.tensor([prompt[:-1]]), **kv_cache(decoder, cache))
+            tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            gen = torch.Generator().manual_seed(5)
+            sum((t * torch.randn(t.shape, generator=gen)).sum() for t in tensors).backward()
+            if way == "shared":
+                prefix.backward()
+            return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in b.params]
+
+        shared, reference = gradient("shared", 11), gradient("reference", 11)
+        assert all(torch.equal(s, r) for s, r in zip(shared, reference, strict=True))
+        other = gradient("reference", 12)  # other masks, another gradient: the masks matter
+        assert not all(torch.equal(o, r) for o, r in zip(other, reference, strict=True))
+    finally:
+        b.close()

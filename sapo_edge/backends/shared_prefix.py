@@ -15,12 +15,22 @@ gradients, so this is the same update as one pass per micro-batch, to float roun
 (tests/test_training_integrity.py checks it against a full-sequence reference). With LoRA
 dropout on, the prompt now draws one dropout mask per step instead of one per micro-batch.
 
+The prompt's first run keeps no graph: its activations, held through every micro-batch of the
+prompt, sat under each micro-batch's peak. `backward()` runs the prompt again with the graph,
+from the random state of the first run (the same dropout masks, the same keys and values), and
+sends the summed gradient through it, when the micro-batches' memory is already freed: one more
+forward of the prompt per prompt and step. Measured (SmolLM2, float32, 32 completions of 4
+45-token prompts, AMD EPYC, quiet, medians of 3, one process taking turns): the step's peak
+above resting 237 -> 202 MB, its time 28.9 -> 29.5 s (the runs spread 23-31 s).
+
 Only caches made of plain full-attention layers are shared this way. Sliding windows, linear
 attention or layers that borrow another layer's keys keep transformers' own cache handling: the
 prefix then runs again for every micro-batch, as before.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache
@@ -30,30 +40,35 @@ from .torch_decode import kv_cache
 
 
 class SharedPrefix:
-    """All but the last token of a prompt, run once through the decoder (with the graph when
-    gradients are on); `cache(m)` hands m rows of it to a micro-batch."""
+    """All but the last token of a prompt, run through the decoder without a graph; `cache(m)`
+    hands m rows of its keys and values to a micro-batch, `backward()` runs it again with the
+    graph for the gradient."""
 
     def __init__(self, decoder: torch.nn.Module, config, ids: list[int], device) -> None:
         self.decoder, self.config, self.ids, self.device = decoder, config, ids, device
         self.length = len(ids)
-        self._graph: list[torch.Tensor] = []
-        self._leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._leaves: list[torch.Tensor] = []
         self._spare: DynamicCache | None = None  # the first run, when it cannot be shared
-        self.shared = True
+        self.shared = all(type(layer) is DynamicLayer for layer in self._new_cache().layers)
         if not ids:
             return
-        cache = self._run()
-        if not all(type(layer) is DynamicLayer for layer in cache.layers):
-            self.shared, self._spare = False, cache
+        if not self.shared:
+            self._spare = self._run()
             return
+        grad = torch.is_grad_enabled()
+        self._rng = _rng_state(self.device) if grad else None
+        with torch.no_grad():
+            cache = self._run()
         self.dtype = cache.layers[0].keys.dtype
         for layer in cache.layers:
             for t in (layer.keys, layer.values):
-                self._graph.append(t)
-                self._leaves.append(t.detach().float().requires_grad_(t.requires_grad))
+                self._leaves.append(t.detach().float().requires_grad_(grad))
+
+    def _new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
 
     def _run(self) -> DynamicCache:
-        cache = DynamicCache(config=self.config)
+        cache = self._new_cache()
         ids = torch.tensor([self.ids], device=self.device)
         self.decoder(input_ids=ids, **kv_cache(self.decoder, cache))
         return cache
@@ -65,7 +80,7 @@ class SharedPrefix:
             self._spare = None
             cache.batch_repeat_interleave(rows)
             return cache
-        cache = DynamicCache(config=self.config)
+        cache = self._new_cache()
         for i in range(len(self._leaves) // 2):
             k, v = (
                 t.to(self.dtype).expand(rows, -1, -1, -1) for t in self._leaves[2 * i : 2 * i + 2]
@@ -74,13 +89,37 @@ class SharedPrefix:
         return cache
 
     def backward(self) -> None:
-        """Send the gradient the micro-batches left on the leaves through the prefix's graph,
-        then let go of it (call once, after the last micro-batch's backward)."""
+        """Run the prompt again with its graph, from the first run's random state, send the
+        gradient the micro-batches left on the leaves through it, then let go of both (call once,
+        after the last micro-batch's backward)."""
+        leaves, self._leaves = self._leaves, []
+        if not any(leaf.grad is not None for leaf in leaves):
+            return
+        with _rng_restored(self.device, self._rng):
+            cache = self._run()
+        graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         pairs = [
             (t, leaf.grad.to(t.dtype))
-            for t, leaf in zip(self._graph, self._leaves, strict=True)
+            for t, leaf in zip(graph, leaves, strict=True)
             if t.requires_grad and leaf.grad is not None
         ]
-        self._graph, self._leaves = [], []
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
+def _rng_state(device) -> tuple:
+    """The CPU's random state, and the device's where it has its own (CUDA)."""
+    dev = torch.device(device)
+    return torch.get_rng_state(), torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
+
+
+@contextmanager
+def _rng_restored(device, state: tuple):
+    """For the duration, the random state `state`; the caller's afterwards."""
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    with torch.random.fork_rng(devices=[dev.index or 0] if cuda else [], device_type="cuda"):
+        torch.set_rng_state(state[0])
+        if cuda:
+            torch.cuda.set_rng_state(state[1], dev)
+        yield
