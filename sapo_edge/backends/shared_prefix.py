@@ -16,12 +16,14 @@ gradients, so this is the same update as one pass per micro-batch, to float roun
 dropout on, the prompt now draws one dropout mask per step instead of one per micro-batch.
 
 The prompt's first run keeps no graph: its activations, held through every micro-batch of the
-prompt, sat under each micro-batch's peak. `backward()` runs the prompt again with the graph,
-from the random state of the first run (the same dropout masks, the same keys and values), and
-sends the summed gradient through it, when the micro-batches' memory is already freed: one more
+prompt, sat under each micro-batch's peak. `backward()` runs the prompt again with the graph, when
+the micro-batches' memory is already freed, and sends the summed gradient through it: one more
 forward of the prompt per prompt and step. Measured (SmolLM2, float32, 32 completions of 4
 45-token prompts, AMD EPYC, quiet, medians of 3, one process taking turns): the step's peak
-above resting 237 -> 202 MB, its time 28.9 -> 29.5 s (the runs spread 23-31 s).
+above resting 237 -> 202 MB, its time 28.9 -> 29.5 s (the runs spread 23-31 s). The second run
+must give the first run's keys and values, so with dropout active anywhere in the decoder (LoRA
+dropout, attention dropout) the first run keeps its graph as before: replaying the random
+state is not safe with several nodes drawing on one generator from their threads.
 
 Only caches made of plain full-attention layers are shared this way. Sliding windows, linear
 attention or layers that borrow another layer's keys keep transformers' own cache handling: the
@@ -29,8 +31,6 @@ prefix then runs again for every micro-batch, as before.
 """
 
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache
@@ -40,14 +40,15 @@ from .torch_decode import kv_cache
 
 
 class SharedPrefix:
-    """All but the last token of a prompt, run through the decoder without a graph; `cache(m)`
-    hands m rows of its keys and values to a micro-batch, `backward()` runs it again with the
-    graph for the gradient."""
+    """All but the last token of a prompt, run through the decoder (keeping no graph unless
+    dropout draws); `cache(m)` hands m rows of its keys and values to a micro-batch, `backward()`
+    sends their gradient through the prompt."""
 
     def __init__(self, decoder: torch.nn.Module, config, ids: list[int], device) -> None:
         self.decoder, self.config, self.ids, self.device = decoder, config, ids, device
         self.length = len(ids)
         self._leaves: list[torch.Tensor] = []
+        self._graph: list[torch.Tensor] | None = None  # the first run's, where it is kept
         self._spare: DynamicCache | None = None  # the first run, when it cannot be shared
         self.shared = all(type(layer) is DynamicLayer for layer in self._new_cache().layers)
         if not ids:
@@ -56,9 +57,13 @@ class SharedPrefix:
             self._spare = self._run()
             return
         grad = torch.is_grad_enabled()
-        self._rng = _rng_state(self.device) if grad else None
-        with torch.no_grad():
+        # without dropout a second run gives the same keys and values: keep no graph till then
+        if grad and _draws_randomness(decoder, config):
             cache = self._run()
+            self._graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        else:
+            with torch.no_grad():
+                cache = self._run()
         self.dtype = cache.layers[0].keys.dtype
         for layer in cache.layers:
             for t in (layer.keys, layer.values):
@@ -89,15 +94,17 @@ class SharedPrefix:
         return cache
 
     def backward(self) -> None:
-        """Run the prompt again with its graph, from the first run's random state, send the
-        gradient the micro-batches left on the leaves through it, then let go of both (call once,
-        after the last micro-batch's backward)."""
+        """Send the gradient the micro-batches left on the leaves through the prompt's graph
+        (running the prompt again to build it, unless the first run kept it), then let go of
+        both (call once, after the last micro-batch's backward)."""
         leaves, self._leaves = self._leaves, []
+        graph, self._graph = self._graph, None
         if not any(leaf.grad is not None for leaf in leaves):
             return
-        with _rng_restored(self.device, self._rng):
-            cache = self._run()
-        graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        if graph is None:
+            with torch.enable_grad():
+                cache = self._run()
+            graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         pairs = [
             (t, leaf.grad.to(t.dtype))
             for t, leaf in zip(graph, leaves, strict=True)
@@ -107,19 +114,10 @@ class SharedPrefix:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 
-def _rng_state(device) -> tuple:
-    """The CPU's random state, and the device's where it has its own (CUDA)."""
-    dev = torch.device(device)
-    return torch.get_rng_state(), torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None
-
-
-@contextmanager
-def _rng_restored(device, state: tuple):
-    """For the duration, the random state `state`; the caller's afterwards."""
-    dev = torch.device(device)
-    cuda = dev.type == "cuda"
-    with torch.random.fork_rng(devices=[dev.index or 0] if cuda else [], device_type="cuda"):
-        torch.set_rng_state(state[0])
-        if cuda:
-            torch.cuda.set_rng_state(state[1], dev)
-        yield
+def _draws_randomness(decoder: torch.nn.Module, config) -> bool:
+    """Whether a forward of the decoder in its present mode draws random numbers (dropout)."""
+    if not decoder.training:
+        return False
+    if getattr(config, "attention_dropout", 0.0):
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in decoder.modules())
