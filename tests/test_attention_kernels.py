@@ -2,6 +2,7 @@
 builds a plan for every new shape (backends/attention_kernels.py); the CPU's kernel flags stay,
 and on the CPU the kernel gets grouped key/value heads, not copies of them, with the same result."""
 
+import pytest
 import torch
 
 from sapo_edge.backends import attention_kernels as ak
@@ -77,7 +78,13 @@ def _run(tiny_qwen):
 
 
 def test_cpu_attention_groups_the_heads_in_the_kernel_with_the_same_result(tiny_qwen, monkeypatch):
+    import inspect
+
     import torch.nn.functional as F
+    from transformers.integrations import sdpa_attention
+
+    if ak.GQA_SWITCH not in inspect.getsource(sdpa_attention):
+        pytest.skip("this transformers has no switch for grouped heads in the kernel")
 
     sdpa, seen = F.scaled_dot_product_attention, []
 
@@ -99,8 +106,16 @@ def test_cpu_attention_groups_the_heads_in_the_kernel_with_the_same_result(tiny_
         torch.testing.assert_close(g1, g0, rtol=1e-5, atol=1e-7)  # another order
 
 
-def test_a_user_choice_of_the_switch_is_kept(monkeypatch):
+def test_the_switch_is_on_while_a_cpu_backend_works_and_a_user_choice_is_kept(monkeypatch):
+    monkeypatch.delenv(ak.GQA_SWITCH, raising=False)
+    with ak.attention_kernels("cpu"):
+        with ak.attention_kernels("cpu"):  # another node, on another thread
+            assert ak.os.environ[ak.GQA_SWITCH] == "1"
+        assert ak.os.environ[ak.GQA_SWITCH] == "1"  # still one at work
+    assert ak.GQA_SWITCH not in ak.os.environ  # a CUDA model after it is not affected
+    with ak.attention_kernels("cuda:0"):
+        assert ak.GQA_SWITCH not in ak.os.environ
     monkeypatch.setenv(ak.GQA_SWITCH, "0")
     with ak.attention_kernels("cpu"):
-        pass
+        assert ak.os.environ[ak.GQA_SWITCH] == "0"
     assert ak.os.environ[ak.GQA_SWITCH] == "0"

@@ -16,8 +16,8 @@ the prompt's prefill and every row of the train step, whose backward keeps the c
 step folds the query heads instead). torch's CPU kernel groups the heads itself (`enable_gqa`,
 torch >= 2.5) with the same result, bit for bit in float32 and bfloat16, and gradients equal to
 rounding (tests/test_attention_kernels.py). transformers' switch for it is the environment
-variable TRANSFORMERS_SDPA_FORCE_GQA, which a CPU backend sets for its process unless the user set
-it. Measured (AMD EPYC, quiet, float32, 128 new tokens): a train step's peak above resting 263 ->
+variable TRANSFORMERS_SDPA_FORCE_GQA, which a CPU backend sets while it samples, scores or trains
+(unless the user set it): on CUDA a mask with grouped heads would fall back to plain attention. Measured (AMD EPYC, quiet, float32, 128 new tokens): a train step's peak above resting 263 ->
 243 MB (SmolLM2, 8 rows) and 365 -> 348 MB (Qwen2.5-0.5B's shapes, 4 rows), its time unchanged
 within the noise (9.8 -> 9.3 s, 24.3 -> 24.0 s, medians of 3 and 2).
 """
@@ -25,22 +25,44 @@ within the noise (9.8 -> 9.3 s, 24.3 -> 24.0 s, medians of 3 and 2).
 from __future__ import annotations
 
 import os
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 GQA_SWITCH = "TRANSFORMERS_SDPA_FORCE_GQA"
+_lock = threading.Lock()
+_depth = 0  # CPU backends inside grouped_heads(): nodes of one process run on threads
+_user: list[str | None] = [None]  # the switch's value when the first of them entered
 
 
 def attention_kernels(device: str) -> AbstractContextManager:
     """For the duration: on a CUDA device, scaled-dot-product attention without cuDNN's kernel;
-    on the CPU, grouped-query attention in the kernel (for the process, from then on: a CUDA
-    kernel given a mask and grouped heads would fall back to plain attention, so only the CPU
-    sets it)."""
+    on the CPU, grouped-query attention in the kernel; elsewhere nothing changes."""
+    if device == "cpu":
+        return grouped_heads()
     if not device.startswith("cuda"):
-        if device == "cpu":
-            os.environ.setdefault(GQA_SWITCH, "1")
         return nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel(
         [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
     )
+
+
+@contextmanager
+def grouped_heads():
+    """transformers' switch on until the last concurrent use ends, then as it was; a value the
+    user set is left alone."""
+    global _depth
+    with _lock:
+        if _depth == 0:
+            _user[0] = os.environ.get(GQA_SWITCH)
+            if _user[0] is None:
+                os.environ[GQA_SWITCH] = "1"
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _user[0] is None:
+                os.environ.pop(GQA_SWITCH, None)
