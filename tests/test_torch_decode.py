@@ -177,3 +177,25 @@ def test_blocked_inverse_cdf_draws_what_the_one_level_inverse_cdf_draws():
             got = blocked_inverse_cdf(probs, torch.Generator().manual_seed(seed))
             assert torch.equal(got, want), (vocab, seed)
             assert (probs.gather(1, got[:, None]) > 0).all()  # never a zero-probability token
+
+
+def test_the_growing_cache_keeps_a_margin_and_grows_by_it_past_its_plan():
+    """A prompt of 20 tokens, then 80 one-token steps against a plan of 60: the buffer holds the
+    filled part plus a quarter (at least 16), never past the plan until the call outgrows it,
+    and its view is always the keys written, in order."""
+    from sapo_edge.backends.torch_decode import _GrowingLayer
+
+    layer = _GrowingLayer(capacity=60)
+    gen = torch.Generator().manual_seed(0)
+    written = [torch.randn(2, 3, 20, 4, generator=gen)]
+    layer.update(written[0], written[0].clone())
+    lengths = [layer._k.shape[2]]
+    for _ in range(80):
+        step = torch.randn(2, 3, 1, 4, generator=gen)
+        written.append(step)
+        keys, _ = layer.update(step, step.clone())
+        assert torch.equal(keys, torch.cat(written, 2))
+        lengths.append(layer._k.shape[2])
+    # 20 + 16; 37 + 16; 54 + 16 capped at the plan; then past it 61 + 16, 78 + 19, 98 + 24:
+    # a copy per margin, not per token
+    assert sorted(set(lengths)) == [36, 53, 60, 77, 97, 122]

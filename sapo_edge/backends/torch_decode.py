@@ -90,7 +90,7 @@ def blocked_inverse_cdf(probs: torch.Tensor, gen: torch.Generator) -> torch.Tens
 class _GrowingLayer(DynamicLayer):
     """A DynamicLayer that writes new keys/values into a buffer with room to spare and hands out
     views of its filled part. The buffer holds what is filled plus a margin (a quarter of it, at
-    least MARGIN tokens, never past the call's planned length unless the call outgrows it): a
+    least MARGIN tokens, never past the call's planned length until the call outgrows it): a
     completion leaves the batch when it ends, so a cache sized for every row's longest possible
     completion held about 3x what the live rows needed (SmolLM2, 32 rows of addition: 257 MB
     against a live peak of ~85 MB). Growing copies the filled part, once per margin."""
@@ -104,7 +104,7 @@ class _GrowingLayer(DynamicLayer):
     def _room(self, end: int) -> int:
         """The length of a buffer holding `end` tokens and its margin."""
         want = end + max(self.MARGIN, end // 4)
-        return max(end, min(want, self.capacity))
+        return want if end > self.capacity else min(want, self.capacity)
 
     def _alloc(self, like: torch.Tensor, batch: int, capacity: int) -> torch.Tensor:
         return like.new_empty(batch, like.shape[1], capacity, like.shape[3])
