@@ -25,20 +25,19 @@ within the noise (9.8 -> 9.3 s, 24.3 -> 24.0 s, medians of 3 and 2).
 from __future__ import annotations
 
 import os
-import threading
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
+
+from .held_setting import HeldSetting
 
 GQA_SWITCH = "TRANSFORMERS_SDPA_FORCE_GQA"
-_lock = threading.Lock()
-_depth = 0  # CPU backends inside grouped_heads(): nodes of one process run on threads
-_user: list[str | None] = [None]  # the switch's value when the first of them entered
+_user: list[str | None] = [None]  # the switch's value when the first CPU backend entered
 
 
 def attention_kernels(device: str) -> AbstractContextManager:
     """For the duration: on a CUDA device, scaled-dot-product attention without cuDNN's kernel;
     on the CPU, grouped-query attention in the kernel; elsewhere nothing changes."""
     if device == "cpu":
-        return grouped_heads()
+        return _GROUPED.held()
     if not device.startswith("cuda"):
         return nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -48,21 +47,16 @@ def attention_kernels(device: str) -> AbstractContextManager:
     )
 
 
-@contextmanager
-def grouped_heads():
-    """transformers' switch on until the last concurrent use ends, then as it was; a value the
-    user set is left alone."""
-    global _depth
-    with _lock:
-        if _depth == 0:
-            _user[0] = os.environ.get(GQA_SWITCH)
-            if _user[0] is None:
-                os.environ[GQA_SWITCH] = "1"
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _user[0] is None:
-                os.environ.pop(GQA_SWITCH, None)
+def _grouped_on() -> None:
+    _user[0] = os.environ.get(GQA_SWITCH)
+    if _user[0] is None:  # a value the user set is left alone
+        os.environ[GQA_SWITCH] = "1"
+
+
+def _grouped_off() -> None:
+    if _user[0] is None:
+        os.environ.pop(GQA_SWITCH, None)
+
+
+# transformers' switch on until the last concurrent CPU use ends, then as it was
+_GROUPED = HeldSetting(_grouped_on, _grouped_off)

@@ -23,17 +23,15 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from functools import cache
+
+from .held_setting import HeldSetting
 
 M_MMAP_THRESHOLD = -3  # mallopt parameter numbers, from glibc's malloc.h
 STEP_THRESHOLD = 64 * 1024
 # DEFAULT_MMAP_THRESHOLD_MAX, where glibc's dynamic threshold tops out: 32 MB on 64-bit
 CEILING = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
-
-_lock = threading.Lock()
-_depth = 0  # steps inside returned_heap(): nodes of one process may step on several threads
 
 
 @cache
@@ -60,26 +58,21 @@ def trim() -> None:
         libc.malloc_trim(0)
 
 
-@contextmanager
-def returned_heap(enabled: bool = True):
+def _step_on() -> None:
+    trim()  # what generation freed goes back before the step starts
+    glibc().mallopt(M_MMAP_THRESHOLD, STEP_THRESHOLD)
+
+
+def _step_off() -> None:
+    glibc().mallopt(M_MMAP_THRESHOLD, CEILING)
+    trim()
+
+
+_STEP = HeldSetting(_step_on, _step_off)  # steps of one process's nodes may run on threads
+
+
+def returned_heap(enabled: bool = True) -> AbstractContextManager:
     """For the duration, blocks of 64 KB and more are mapped on their own and unmapped when freed;
     the heap is trimmed before and after. Nested or concurrent uses keep the low threshold until the
     last one ends."""
-    global _depth
-    libc = glibc() if enabled else None
-    if libc is None:
-        yield
-        return
-    with _lock:
-        if _depth == 0:
-            libc.malloc_trim(0)  # what generation freed goes back before the step starts
-            libc.mallopt(M_MMAP_THRESHOLD, STEP_THRESHOLD)
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                libc.mallopt(M_MMAP_THRESHOLD, CEILING)
-                libc.malloc_trim(0)
+    return _STEP.held() if enabled and glibc() is not None else nullcontext()
