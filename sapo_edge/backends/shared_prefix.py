@@ -60,14 +60,12 @@ class SharedPrefix:
         # without dropout a second run gives the same keys and values: keep no graph till then
         if grad and _draws_randomness(decoder, config):
             cache = self._run()
-            self._graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            self._graph = _keys_values(cache)
         else:
             with torch.no_grad():
                 cache = self._run()
         self.dtype = cache.layers[0].keys.dtype
-        for layer in cache.layers:
-            for t in (layer.keys, layer.values):
-                self._leaves.append(t.detach().float().requires_grad_(grad))
+        self._leaves = [t.detach().float().requires_grad_(grad) for t in _keys_values(cache)]
 
     def _new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.config)
@@ -103,8 +101,7 @@ class SharedPrefix:
             return
         if graph is None:
             with torch.enable_grad():
-                cache = self._run()
-            graph = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+                graph = _keys_values(self._run())
         pairs = [
             (t, leaf.grad.to(t.dtype))
             for t, leaf in zip(graph, leaves, strict=True)
@@ -112,6 +109,11 @@ class SharedPrefix:
         ]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
+def _keys_values(cache: DynamicCache) -> list[torch.Tensor]:
+    """Layer 0's keys and values, then layer 1's, and so on."""
+    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
 def _draws_randomness(decoder: torch.nn.Module, config) -> bool:
