@@ -94,6 +94,12 @@ class Config:
         "external_sampling targeted: at most this share of a round's J is picked for teaching "
         "this node something (rounded down); the rest is drawn uniformly.",
     )
+    external_negatives: bool = _f(
+        True,
+        "Train on the peers' wrong answers too, pushed down by their negative advantage (the "
+        "paper's) | false: peers teach by their right answers only, their completions with a "
+        "negative advantage are left out of the step (own groups keep all theirs).",
+    )
     mix: str = _f(
         "fixed",
         "fixed: train on I own + J peer groups every round | adaptive: each node picks J in "
