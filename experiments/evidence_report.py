@@ -14,6 +14,7 @@ docs/results.md is written by hand and kept.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -112,12 +113,53 @@ def analyse(cells: list[dict]) -> dict:
                 for j in js:
                     counts[j] = counts.get(j, 0) + 1
         adaptive_j[split] = dict(sorted(counts.items()))
+    targeted = {  # per +targeted split: (peer groups picked for being wanted, peer groups trained)
+        split: tuple(
+            sum(sum(v) for c in splits[split].values() for v in c.get(key, {}).values())
+            for key in ("external_targeted", "external_used")
+        )
+        for split in order
+        if split.endswith("+targeted")
+    }
     return {
         "base": base,
         "splits": per_split,
         "comparisons": comparisons,
         "adaptive_j": adaptive_j,
+        "targeted": targeted,
+        "ceiling": ceiling(splits),
     }
+
+
+def ceiling(splits: dict[str, dict]) -> dict | None:
+    """The highest mean reward any node reached in a round, and what 8/0's seeds would have
+    earned had every node sat at it from round 1 on (round 0 is before any training, the same in
+    every split): the most any split could earn if that is as high as rewards go. None unless
+    8/0 itself sat near it (its last quarter of rounds within 10%): a run still climbing shows
+    no ceiling."""
+    top = max(
+        (
+            max(r)
+            for cells in splits.values()
+            for c in cells.values()
+            for r in c["rewards"].values()
+        ),
+        default=None,
+    )
+    solo = splits.get("8/0")
+    if top is None or not solo:
+        return None
+    late = [
+        x for c in solo.values() for r in c["rewards"].values() for x in r[-max(1, len(r) // 4) :]
+    ]
+    if statistics.fmean(late) < 0.9 * top:  # 8/0 still climbing: no ceiling seen
+        return None
+    bound = {
+        s: sum(r[0] + (len(r) - 1) * top for r in c["rewards"].values()) / c["total"]
+        for s, c in solo.items()
+        if c["total"] > 0
+    }
+    return {"top": top, "bound": bound}
 
 
 def _iv(iv: Interval | None, digits: int = 2) -> str:
@@ -169,6 +211,23 @@ def reading(a: dict) -> list[str]:
         out.append(
             f"4/4 : 8/0 cumulative reward ratio {r.text()}: the goal (>= 1.5x with the interval "
             f"excluding 1x) is {'met' if goal else 'not met'}."
+        )
+    for split, (picked, used) in a.get("targeted", {}).items():
+        if used and not picked:
+            out.append(
+                f"{split} never picked a peer group for being wanted: with nothing wanted the "
+                "draw is exactly the uniform one, so it ran as "
+                f"{split.removesuffix('+targeted')} with uniform samples."
+            )
+    top = a.get("ceiling")
+    if top and top["bound"]:
+        b = sorted(top["bound"].values())
+        span = f"{b[0]:.2f}" if len(b) == 1 else f"{b[0]:.2f}-{b[-1]:.2f}"
+        out.append(
+            f"8/0 ended near a ceiling: no node's mean reward in a round went above "
+            f"{top['top']:.3f}. Had every node sat there from round 1, the swarm would have "
+            f"earned {span}x 8/0's "
+            "cumulative reward: the most any split can reach while rewards stop at that value."
         )
     s = a["splits"]
     if "adaptive" in s:
@@ -242,6 +301,12 @@ def render(label: str, a: dict) -> str:
         shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in counts.items())
         name = "Adaptive" if split == "adaptive" else split
         lines += ["", f"{name}: J chosen over all node-rounds: {shares}."]
+    for split, (picked, used) in a["targeted"].items():
+        lines += [
+            "",
+            f"{split}: {picked} of the {used} peer groups trained were picked for being wanted "
+            "(targeting.py); the rest came from the uniform draw.",
+        ]
     text = reading(a)
     if text:
         lines += ["", "What these numbers say (generated from them):", ""]

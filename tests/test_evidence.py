@@ -214,6 +214,40 @@ def test_the_reading_of_halves_names_who_gained():
     assert reading({}) == []
 
 
+def test_the_report_counts_targeted_picks_and_names_a_ceiling(tmp_path):
+    """A +targeted split that never picked a wanted group is said to have run as its uniform
+    split; 8/0 sitting at its top reward gives the bound any split could reach."""
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    solo = _rounds_cell("8/0", 0, [0.1, 0.3, 0.5, 0.5])  # at the ceiling 0.5 by round 2
+    never = _rounds_cell("4/4+targeted", 0, [0.1, 0.4, 0.5, 0.4])
+    never.update(
+        external_targeted={"n-0": [0] * 4, "n-1": [0] * 4},
+        external_used={"n-0": [4] * 4, "n-1": [3] * 4},
+    )
+    picked = _rounds_cell("adaptive+targeted", 0, [0.1, 0.2, 0.3, 0.4])
+    picked.update(
+        external_targeted={"n-0": [1, 0, 2, 0], "n-1": [0] * 4},
+        external_used={"n-0": [2] * 4, "n-1": [2] * 4},
+        external_target={"n-0": [2] * 4, "n-1": [2] * 4},
+    )
+    for c in (solo, never, picked):
+        name = f"seed-{c['seed']}-{evidence.slug(c['split'])}.json"
+        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    text = evidence_report.write_results(docs).read_text()
+    assert "4/4+targeted: 0 of the 28 peer groups trained were picked for being wanted" in text
+    assert "adaptive+targeted: 3 of the 16 peer groups trained were picked" in text
+    assert "4/4+targeted never picked a peer group for being wanted" in text
+    assert "adaptive+targeted never picked" not in text
+    # 8/0 earned 2 x 1.4 = 2.8; at 0.5 from round 1: 2 x (0.1 + 3 x 0.5) = 3.2, 1.14x
+    assert "no node's mean reward in a round went above 0.500" in text
+    assert "would have earned 1.14x 8/0's cumulative reward" in text
+    climbing = _rounds_cell("8/0", 0, [0.1, 0.2, 0.3, 0.5])  # its last quarter 0.5: at the top
+    assert evidence_report.ceiling({"8/0": {0: climbing}})["top"] == 0.5
+    still = _rounds_cell("8/0", 0, [0.1, 0.2, 0.3, 0.4, 0.5, 0.2, 0.3, 0.3])  # last quarter 0.3
+    assert evidence_report.ceiling({"8/0": {0: still}}) is None
+
+
 def test_no_summaries_says_not_run(tmp_path):
     text = evidence_report.write_results(tmp_path).read_text()
     assert "has not been run" in text and "| split |" not in text
