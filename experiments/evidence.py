@@ -38,8 +38,30 @@ sys.path.insert(0, str(HERE))
 
 from stats import samples_for_se, standard_error  # noqa: E402
 
-SPLITS = ("8/0", "6/2", "4/4", "2/6", "adaptive", "4/4+targeted", "adaptive+targeted")
+SPLITS = (
+    "8/0",
+    "6/2",
+    "4/4",
+    "2/6",
+    "adaptive",
+    "4/4+targeted",
+    "adaptive+targeted",
+    "4/4+no-negatives",
+)
 TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/targeting.py)
+NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answers left out
+SUFFIXES = (TARGETED, NO_NEGATIVES)  # in this order: 4/4+targeted+no-negatives
+
+
+def parse_split(split: str) -> tuple[str, set[str]]:
+    """A split's mix (I/J or adaptive) and its suffixes."""
+    mix, found = split, set()
+    for suffix in reversed(SUFFIXES):
+        if mix.endswith(suffix):
+            mix, found = mix.removesuffix(suffix), found | {suffix}
+    return mix, found
+
+
 SE_TARGET = 0.015
 BASE = "base"  # the untrained model's held-out score: one cell per label, seed-independent
 
@@ -65,17 +87,20 @@ def plan(seeds: list[int], splits: list[str], single_seed_splits: list[str]) -> 
 
 
 def check_split(split: str) -> str:
-    mix = split.removesuffix(TARGETED)
+    mix, suffixes = parse_split(split)
     if split == BASE or mix == "adaptive":
         return split
     parts = mix.split("/")
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         raise SystemExit(
             f"split {split!r}: write I/J (for example 4/4) or adaptive, either with "
-            f"{TARGETED} for targeted external samples (4/4{TARGETED})."
+            f"{TARGETED} for targeted external samples (4/4{TARGETED}) and/or {NO_NEGATIVES} "
+            f"to leave the peers' wrong answers out (4/4{NO_NEGATIVES})."
         )
-    if split.endswith(TARGETED) and int(parts[1]) == 0:
-        raise SystemExit(f"split {split!r}: J = 0 samples no peer groups; drop {TARGETED}.")
+    if suffixes and int(parts[1]) == 0:
+        raise SystemExit(
+            f"split {split!r}: J = 0 samples no peer groups; drop {' and '.join(sorted(suffixes))}."
+        )
     return split
 
 
@@ -87,9 +112,10 @@ def cell_config(args: argparse.Namespace, seed: int | None, split: str):
         overrides["rounds"] = args.rounds
     if args.checkpoint_every:
         overrides["checkpoint_every"] = args.checkpoint_every
-    mix = split.removesuffix(TARGETED)
+    mix, suffixes = parse_split(split)
     if split != BASE:
-        overrides["external_sampling"] = "targeted" if split.endswith(TARGETED) else "uniform"
+        overrides["external_sampling"] = "targeted" if TARGETED in suffixes else "uniform"
+        overrides["external_negatives"] = NO_NEGATIVES not in suffixes
     if mix == "adaptive":
         base = Config.load(args.config)
         budget = base.local_samples + base.external_samples
@@ -155,6 +181,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "mix",
                 "external_sampling",
                 "targeted_share",
+                "external_negatives",
                 "learning_rate",
                 "lenient",
                 "dtype",

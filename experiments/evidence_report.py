@@ -26,7 +26,16 @@ from stats import Interval, interval, paired  # noqa: E402
 NOTES = (
     "<!-- notes: written by hand, kept when experiments/evidence_report.py rebuilds this file -->"
 )
-ORDER = ("8/0", "6/2", "4/4", "2/6", "adaptive", "4/4+targeted", "adaptive+targeted")
+ORDER = (
+    "8/0",
+    "6/2",
+    "4/4",
+    "2/6",
+    "adaptive",
+    "4/4+targeted",
+    "adaptive+targeted",
+    "4/4+no-negatives",
+)
 COMPARISONS = (
     ("4/4", "8/0"),
     ("adaptive", "8/0"),
@@ -35,6 +44,9 @@ COMPARISONS = (
     ("4/4+targeted", "4/4"),
     ("adaptive+targeted", "8/0"),
     ("adaptive+targeted", "4/4"),
+    ("4/4+no-negatives", "8/0"),
+    ("4/4+no-negatives", "4/4"),
+    ("4/4+no-negatives", "4/4+targeted"),
 )
 
 
@@ -119,7 +131,7 @@ def analyse(cells: list[dict]) -> dict:
             for key in ("external_targeted", "external_used")
         )
         for split in order
-        if split.endswith("+targeted")
+        if "+targeted" in split
     }
     return {
         "base": base,
@@ -217,7 +229,7 @@ def reading(a: dict) -> list[str]:
             out.append(
                 f"{split} never picked a peer group for being wanted: with nothing wanted the "
                 "draw is exactly the uniform one, so it ran as "
-                f"{split.removesuffix('+targeted')} with uniform samples."
+                f"{split.replace('+targeted', '')} with uniform samples."
             )
     top = a.get("ceiling")
     if top and top["bound"]:

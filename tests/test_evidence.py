@@ -93,6 +93,28 @@ def test_targeted_splits_name_their_external_sampling(tmp_path):
         evidence.check_split("4/4+smart")
 
 
+def test_no_negatives_splits_leave_the_peers_wrong_answers_out(tmp_path):
+    args = evidence.parser().parse_args(
+        ["--out", str(tmp_path), "--splits", "4/4+no-negatives,4/4+targeted+no-negatives"]
+    )
+    nn = evidence.cell_config(args, 2, "4/4+no-negatives")
+    assert (nn.external_negatives, nn.external_sampling, nn.local_samples, nn.external_samples) == (
+        False,
+        "uniform",
+        4,
+        4,
+    )
+    assert nn.out_dir.endswith("seed-2/4-4-no-negatives")
+    both = evidence.cell_config(args, 2, "4/4+targeted+no-negatives")
+    assert (both.external_negatives, both.external_sampling) == (False, "targeted")
+    assert evidence.cell_config(args, 2, "4/4+targeted").external_negatives is True
+    assert evidence.cell_config(args, 2, "8/0").external_negatives is True
+    with pytest.raises(SystemExit, match="J = 0 samples no peer groups; drop \\+no-negatives"):
+        evidence.check_split("8/0+no-negatives")
+    with pytest.raises(SystemExit, match="write I/J"):
+        evidence.check_split("4/4+no-negatives+targeted")  # the suffixes' order is fixed
+
+
 def test_checkpoint_every_overrides_the_config_only_when_given(tmp_path):
     """A lane stopped between sessions resumes from its newest checkpoint: --checkpoint-every 1
     makes that the last round; without it the config's own interval stays."""
