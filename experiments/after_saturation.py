@@ -1,0 +1,205 @@
+"""After saturation: what training on peers does to a swarm that has stopped learning alone.
+
+    .venv/bin/python experiments/after_saturation.py --from runs/evidence/v3/seed-0/8-0
+
+Every arm starts from the same finished 8/0 cell (its nodes' newest checkpoints: a swarm whose
+own groups are all alike, so 8/0 trains nothing more) and runs --rounds more rounds of the sweep
+config with that arm's mix; then every node answers the held-out questions of the evidence cells
+(node k: held-out seed k, the same count), so the starting cell's held-out pass@1 is each arm's
+"before". Arms: 4/4 (the paper's: peers' right and wrong answers) and 4/4-no-negatives
+(external_negatives = false: peers' completions with a negative advantage left out). The arms
+run side by side, one thread each. Each writes docs/evidence/<label>/<arm>-<rounds>-rounds.json
+and .md; a cut run resumes from its checkpoints (runs/<label>/<arm>), a finished arm is skipped,
+and a larger --rounds goes on from where the arm stopped (its held-out evaluation is redone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from evidence import _metrics, _write_json, code_version, heldout_per_node, node_heldout  # noqa: E402
+from stats import standard_error  # noqa: E402
+
+ARMS = {
+    "4-4": {"local_samples": 4, "external_samples": 4, "external_negatives": True},
+    "4-4-no-negatives": {"local_samples": 4, "external_samples": 4, "external_negatives": False},
+}
+
+
+def seed_arm(source: Path, out: Path) -> int:
+    """Copy each node's newest checkpoint and its metrics into out (once); the start round."""
+    from sapo_edge.checkpoints import find_latest
+
+    start = None
+    for node in sorted(p for p in source.iterdir() if (p / "checkpoints").is_dir()):
+        found = find_latest(node / "checkpoints", print)
+        if found is None:
+            raise SystemExit(f"{node}: no complete checkpoint; pass a finished cell's folder.")
+        rnd = int(found.state["round"])
+        if start not in (None, rnd):
+            raise SystemExit(f"{source}: its nodes stopped at different rounds; finish the cell.")
+        start = rnd
+        dest = out / node.name
+        if not dest.exists():
+            tmp = out / f".{node.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(found.path, tmp / "checkpoints" / found.path.name)
+            shutil.copy2(node / "metrics.jsonl", tmp / "metrics.jsonl")
+            tmp.rename(dest)
+    if start is None:
+        raise SystemExit(f"{source}: no node folders with checkpoints.")
+    return start
+
+
+def summary_path(args: argparse.Namespace, arm: str) -> Path:
+    return args.docs / "evidence" / args.label / f"{arm}-{args.rounds}-rounds.json"
+
+
+def run_arm(args: argparse.Namespace, arm: str) -> dict:
+    import torch
+
+    from sapo_edge.config import Config
+    from sapo_edge.evaluate import evaluate
+    from sapo_edge.runner import run_sim
+
+    torch.set_num_threads(1)
+    out = args.out / args.label / arm
+    out.mkdir(parents=True, exist_ok=True)
+    start = seed_arm(args.source, out)
+    overrides = {
+        "resume": True,
+        "seed": args.seed,
+        "dtype": args.dtype,
+        "rounds": start + args.rounds,
+        "checkpoint_every": 1,
+        "out_dir": str(out),
+        "mix": "fixed",
+        "external_sampling": "uniform",
+        **ARMS[arm],
+    }
+    cfg = Config.load(args.config, overrides)
+    names = [f"{cfg.name}-{k}" for k in range(cfg.nodes)]
+    t0 = time.time()
+    run_sim(cfg)
+    sim_seconds = time.time() - t0
+    heldout = {}
+    for k, name in enumerate(names):
+        target = out / f"eval-{name}-round-{start + args.rounds}.json"
+        if not target.is_file():
+            r = evaluate(
+                cfg,
+                questions=heldout_per_node(cfg.nodes),
+                samples=1,
+                checkpoint=str(out / name),
+                seed=k,
+            )
+            _write_json(target, {"heldout_seed": k, "scores": r.scores, "source": r.source})
+        heldout[name] = json.loads(target.read_text())
+    scores = [s for h in heldout.values() for s in h["scores"]]
+    metrics = {n: _metrics(out / n / "metrics.jsonl")[start:] for n in names}
+    return {
+        "label": args.label,
+        "arm": arm,
+        "from": str(args.source),
+        "start_round": start,
+        "rounds": args.rounds,
+        "config": {
+            k: cfg.to_saved_dict()[k]
+            for k in ("local_samples", "external_samples", "external_negatives", "dtype", "seed")
+        },
+        "rewards": {n: [m["reward_mean"] for m in ms] for n, ms in metrics.items()},
+        "external_used": {n: [m["external_used"] for m in ms] for n, ms in metrics.items()},
+        "local_used": {n: [m["local_used"] for m in ms] for n, ms in metrics.items()},
+        "heldout": {
+            "per_node": {n: node_heldout(h["scores"]) for n, h in heldout.items()},
+            "pass_at_1": sum(scores) / len(scores),
+            "se": standard_error(scores),
+            "completions": len(scores),
+        },
+        "sim_seconds": sim_seconds,
+        "code": args.code,
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def arm_table(s: dict) -> str:
+    lines = [
+        f"# {s['label']}: {s['arm']}, rounds {s['start_round']}-{s['start_round'] + s['rounds'] - 1}"
+        f" from {s['from']}",
+        "",
+        "| node | reward per round | peer groups trained | own groups trained | held-out pass@1 |",
+        "|---|---|---|---|---|",
+    ]
+    for n, rs in s["rewards"].items():
+        lines.append(
+            f"| {n} | {' '.join(f'{r:.2f}' for r in rs)} | {sum(s['external_used'][n])} | "
+            f"{sum(s['local_used'][n])} | {s['heldout']['per_node'][n]['pass_at_1']:.3f} |"
+        )
+    h = s["heldout"]
+    lines += [
+        "",
+        f"Held-out pass@1 {h['pass_at_1']:.3f} (SE {h['se']:.4f}, {h['completions']} completions)."
+        f" Code {s['code']}, finished {s['finished']}; sim {s['sim_seconds'] / 60:.1f} min.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        required=True,
+        help="a finished 8/0 cell's run folder (runs/evidence/<label>/seed-S/8-0)",
+    )
+    ap.add_argument("--config", type=Path, default=HERE / "sweep.toml")
+    ap.add_argument("--label", default="after-saturation")
+    ap.add_argument("--rounds", type=int, default=16, help="rounds to add (16)")
+    ap.add_argument("--seed", type=int, default=0, help="the starting cell's seed (0)")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "runs")
+    ap.add_argument("--docs", type=Path, default=HERE.parent / "docs")
+    ap.add_argument("--arm", help=argparse.SUPPRESS)  # one arm, in a child process
+    ap.add_argument("--code", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.arm:
+        summary = run_arm(args, args.arm)
+        path = summary_path(args, args.arm)
+        _write_json(path, summary)
+        path.with_suffix(".md").write_text(arm_table(summary), encoding="utf-8")
+        print(f"arm done: {path}", flush=True)
+        return
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {unknown}: use {', '.join(ARMS)}.")
+    if not (args.source / "sweep-0").is_dir():
+        raise SystemExit(f"--from {args.source}: no node folders there (sweep-0, ...).")
+    todo = [a for a in arms if not summary_path(args, a).is_file()]
+    code = code_version()
+    procs = []
+    for arm in todo:
+        log = args.out / args.label / f"{arm}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, __file__, *sys.argv[1:], "--arm", arm, "--code", code]
+        procs.append(subprocess.Popen(argv, stdout=log.open("a"), stderr=subprocess.STDOUT))
+    print(f"{len(procs)} arm(s) running; logs in {args.out / args.label}/", flush=True)
+    failed = [p.args for p in procs if p.wait() != 0]
+    if failed:
+        raise SystemExit(f"{len(failed)} arm(s) failed: see their logs.")
+
+
+if __name__ == "__main__":
+    main()
