@@ -97,7 +97,7 @@ def run_arm(args: argparse.Namespace, arm: str) -> dict:
         if not target.is_file():
             r = evaluate(
                 cfg,
-                questions=heldout_per_node(cfg.nodes),
+                questions=args.heldout_per_node or heldout_per_node(cfg.nodes),
                 samples=1,
                 checkpoint=str(out / name),
                 seed=k,
@@ -154,7 +154,8 @@ def arm_table(s: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--from",
@@ -169,11 +170,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="the starting cell's seed (0)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
+    ap.add_argument(
+        "--heldout-per-node", type=int, default=0, help="held-out questions per node (the cells')"
+    )
     ap.add_argument("--out", type=Path, default=HERE.parent / "runs")
     ap.add_argument("--docs", type=Path, default=HERE.parent / "docs")
     ap.add_argument("--arm", help=argparse.SUPPRESS)  # one arm, in a child process
     ap.add_argument("--code", default="", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.arm:
         summary = run_arm(args, args.arm)
         path = summary_path(args, args.arm)
@@ -193,8 +197,8 @@ def main() -> None:
     for arm in todo:
         log = args.out / args.label / f"{arm}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, __file__, *sys.argv[1:], "--arm", arm, "--code", code]
-        procs.append(subprocess.Popen(argv, stdout=log.open("a"), stderr=subprocess.STDOUT))
+        cmd = [sys.executable, __file__, *argv, "--arm", arm, "--code", code]
+        procs.append(subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT))
     print(f"{len(procs)} arm(s) running; logs in {args.out / args.label}/", flush=True)
     failed = [p.args for p in procs if p.wait() != 0]
     if failed:

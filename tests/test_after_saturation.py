@@ -1,0 +1,84 @@
+"""experiments/after_saturation.py on the tiny model: both arms start from a finished 8/0 cell's
+newest checkpoints, run the added rounds with their own mix, write a summary per arm, and a
+larger --rounds goes on from where an arm stopped."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+
+import after_saturation  # noqa: E402
+import evidence  # noqa: E402
+
+
+def _tiny_config(tiny_qwen, tmp_path: Path) -> Path:
+    cfg = (ROOT / "experiments/sweep.toml").read_text()
+    cfg = cfg.replace('model = "smollm2-135m"', f'model = "{tiny_qwen}"')
+    for key, value in (("rounds", 2), ("max_new_tokens", 6), ("nodes", 2)):
+        cfg = "\n".join(
+            f"{key} = {value}" if ln.startswith(f"{key} =") else ln for ln in cfg.splitlines()
+        )
+    path = tmp_path / "tiny.toml"
+    path.write_text(cfg)
+    return path
+
+
+@pytest.mark.slow
+def test_arms_start_from_the_finished_cell_and_go_on(tiny_qwen, tmp_path):
+    config = _tiny_config(tiny_qwen, tmp_path)
+    common = [
+        "--config",
+        str(config),
+        "--out",
+        str(tmp_path / "runs"),
+        "--docs",
+        str(tmp_path / "docs"),
+    ]
+    assert (
+        evidence.main(
+            [
+                *common,
+                "--seeds",
+                "0",
+                "--splits",
+                "8/0",
+                "--single-seed-splits",
+                "",
+                "--heldout-per-node",
+                "2",
+                "--lanes",
+                "1",
+            ]
+        )
+        == 0
+    )
+    source = tmp_path / "runs/main/seed-0/8-0"
+    argv = [*common, "--from", str(source), "--heldout-per-node", "2"]
+    after_saturation.main([*argv, "--rounds", "1"])
+    after_saturation.main([*argv, "--rounds", "2"])
+    for arm, negatives in (("4-4", True), ("4-4-no-negatives", False)):
+        one = json.loads(
+            (tmp_path / f"docs/evidence/after-saturation/{arm}-1-rounds.json").read_text()
+        )
+        two = json.loads(
+            (tmp_path / f"docs/evidence/after-saturation/{arm}-2-rounds.json").read_text()
+        )
+        assert one["start_round"] == two["start_round"] == 2
+        assert all(len(r) == 1 for r in one["rewards"].values())
+        assert all(len(r) == 2 for r in two["rewards"].values())
+        assert [r[0] for r in two["rewards"].values()] == [r[0] for r in one["rewards"].values()]
+        assert two["config"]["external_negatives"] is negatives
+        assert two["heldout"]["completions"] == 4 and one["heldout"]["completions"] == 4
+        node = tmp_path / "runs/after-saturation" / arm / "sweep-0"
+        assert json.loads((node / "config.json").read_text())["external_samples"] == 4
+        rounds = [
+            json.loads(ln)["round"] for ln in (node / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert rounds == [0, 1, 2, 3]  # the cell's two, then the arm's
+    assert not (source / "sweep-0/checkpoints/round-000003").exists()  # the cell is untouched
