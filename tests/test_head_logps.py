@@ -189,9 +189,13 @@ def test_the_log_sum_exp_is_torch_s_with_no_second_copy_of_the_logits():
     hidden = torch.randn(n, 8, generator=gen).requires_grad_()
     targets = torch.randint(0, vocab, (n,), generator=gen)
     logits_mb = 4 * n * vocab / 2**20
+    # once first: what a first call sets up for good (which depends on the tests this process ran
+    # before, under xdist) is not the call's peak
+    hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")
     before = _hwm_mb()
     hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)
     # torch.logsumexp over the chunk takes a temporary as large as the logits (~2x in all)
-    assert _hwm_mb() - before < 1.5 * logits_mb
+    grew = _hwm_mb() - before
+    assert grew < 1.5 * logits_mb, grew
