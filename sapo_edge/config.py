@@ -98,7 +98,8 @@ class Config:
         True,
         "Train on the peers' wrong answers too, pushed down by their negative advantage (the "
         "paper's) | false: peers teach by their right answers only, their completions with a "
-        "negative advantage are left out of the step (own groups keep all theirs).",
+        "negative advantage are trained at advantage 0 (they still count in the step's token "
+        "normaliser, like any zero-advantage completion; own groups keep their advantages).",
     )
     mix: str = _f(
         "fixed",

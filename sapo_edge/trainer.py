@@ -210,15 +210,18 @@ class Node:
         #    exactly 0 (possible with lenient, partial-credit or format rewards) adds nothing to
         #    the surrogate but stays in the step: its tokens count in the DAPO token normaliser,
         #    as in TRL, and with beta > 0 it carries the KL term like any other sampled text.
-        #    external_negatives = false leaves the peers' completions with a negative advantage
-        #    out (own groups keep theirs): peers then teach by their right answers only.
+        #    external_negatives = false trains the peers' completions with a negative advantage
+        #    at advantage 0 (own groups keep theirs): peers then teach by their right answers
+        #    only, and the step's token normaliser is the same as with their negatives.
         self._phase("training")
         samples = [
             Sample(build_messages(g.question), c, adv)
-            for g, keep_negatives in [(g, True) for g in local]
-            + [(g, cfg.external_negatives) for g in external]
+            for g in local
             for c, adv in zip(_trained(g), g.advantages, strict=True)
-            if keep_negatives or adv >= 0
+        ] + [
+            Sample(build_messages(g.question), c, adv if cfg.external_negatives else max(adv, 0.0))
+            for g in external
+            for c, adv in zip(_trained(g), g.advantages, strict=True)
         ]
         stats = (
             self.backend.train_step(samples, lambda k, n: self._progress("training", k, n))

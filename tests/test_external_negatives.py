@@ -1,6 +1,7 @@
-"""external_negatives = false: peers teach by their right answers only. The step keeps every own
-completion and every peer completion whose advantage is not negative, exactly as scored; the
-default (the paper's) trains the peers' wrong answers too."""
+"""external_negatives = false: peers teach by their right answers only. The step keeps every
+completion (so the token normaliser is unchanged), own ones at their advantage, the peers' at
+theirs when it is not negative and at 0 when it is; the default (the paper's) trains the peers'
+wrong answers at their negative advantage."""
 
 from __future__ import annotations
 
@@ -41,26 +42,31 @@ def _step(node):
     )
 
 
-def _expected(groups, keep):
+def _expected(groups, advantage):
     return [
-        (g.question, c.trained_ids, adv)
+        (g.question, c.trained_ids, advantage(adv))
         for g in groups
         for c, adv in zip(g.tokens, g.advantages, strict=True)
-        if keep(adv)
     ]
 
 
 @pytest.mark.parametrize("external_negatives", [True, False])
-def test_the_step_trains_own_groups_whole_and_peers_by_the_setting(tmp_path, external_negatives):
+def test_the_step_trains_own_groups_as_scored_and_peers_by_the_setting(
+    tmp_path, external_negatives
+):
     node = _node(tmp_path, external_negatives)
     node.run_round()
     own, peers = node.last_groups.own, node.last_groups.external
     own_trained = [g for g in own if any(a != 0 for a in g.advantages)]
     assert own_trained and len(peers) == 2
     assert all(any(a < 0 for a in g.advantages) for g in own_trained + peers)  # both have wrong
-    expected = _expected(own_trained, lambda a: True) + _expected(
-        peers, lambda a: external_negatives or a >= 0
+    expected = _expected(own_trained, lambda a: a) + _expected(
+        peers, lambda a: a if external_negatives else max(a, 0.0)
     )
     assert _step(node) == sorted(expected, key=repr)
-    left_out = sum(a < 0 for g in peers for a in g.advantages)
-    assert len(_step(node)) == 4 * (len(own_trained) + 2) - (0 if external_negatives else left_out)
+    assert len(_step(node)) == 4 * (len(own_trained) + 2)  # every completion: same normaliser
+    negative = [s.advantage for s in node.backend.steps[-1] if s.advantage < 0]
+    own_negative = sum(a < 0 for g in own_trained for a in g.advantages)
+    assert len(negative) == own_negative + (
+        2 if external_negatives else 0
+    )  # a wrong one a peer group
