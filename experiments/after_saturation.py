@@ -3,14 +3,16 @@
     .venv/bin/python experiments/after_saturation.py --from runs/evidence/v3/seed-0/8-0
 
 Every arm starts from the same finished 8/0 cell (its nodes' newest checkpoints: a swarm whose
-own groups are all alike, so 8/0 trains nothing more) and runs --rounds more rounds of the sweep
-config with that arm's mix; then every node answers the held-out questions of the evidence cells
+own groups are all alike, so 8/0 trains nothing more) and runs --rounds more rounds of that
+cell's own settings (its config.json: seed, task, model, dtype) with the arm's mix; then every
+node answers the held-out questions of the evidence cells
 (node k: held-out seed k, the same count), so the starting cell's held-out pass@1 is each arm's
 "before". Arms: 4/4 (the paper's: peers' right and wrong answers) and 4/4-no-negatives
-(external_negatives = false: peers' completions with a negative advantage left out). The arms
-run side by side, one thread each. Each writes docs/evidence/<label>/<arm>-<rounds>-rounds.json
-and .md; a cut run resumes from its checkpoints (runs/<label>/<arm>), a finished arm is skipped,
-and a larger --rounds goes on from where the arm stopped (its held-out evaluation is redone).
+(external_negatives = false: the peers' completions with a negative advantage trained at
+advantage 0). The arms run side by side, one process and one thread each. Each writes
+docs/<label>/<arm>-<rounds>-rounds.json and .md; a cut run resumes from its checkpoints
+(runs/<label>/<arm>), a finished arm is skipped, and a larger --rounds goes on from where the arm
+stopped (its held-out evaluation is redone). One --label holds one starting cell.
 """
 
 from __future__ import annotations
@@ -33,12 +35,19 @@ ARMS = {
     "4-4": {"local_samples": 4, "external_samples": 4, "external_negatives": True},
     "4-4-no-negatives": {"local_samples": 4, "external_samples": 4, "external_negatives": False},
 }
+FROM = "from.txt"  # in an arm's run folder: the cell it started from
 
 
 def seed_arm(source: Path, out: Path) -> int:
     """Copy each node's newest checkpoint and its metrics into out (once); the start round."""
     from sapo_edge.checkpoints import find_latest
 
+    marker = out / FROM
+    if marker.is_file() and marker.read_text(encoding="utf-8") != str(source.resolve()):
+        raise SystemExit(
+            f"{out} started from {marker.read_text(encoding='utf-8')}, not {source}: "
+            "pass another --label for another starting cell."
+        )
     start = None
     for node in sorted(p for p in source.iterdir() if (p / "checkpoints").is_dir()):
         found = find_latest(node / "checkpoints", print)
@@ -57,11 +66,12 @@ def seed_arm(source: Path, out: Path) -> int:
             tmp.rename(dest)
     if start is None:
         raise SystemExit(f"{source}: no node folders with checkpoints.")
+    marker.write_text(str(source.resolve()), encoding="utf-8")
     return start
 
 
 def summary_path(args: argparse.Namespace, arm: str) -> Path:
-    return args.docs / "evidence" / args.label / f"{arm}-{args.rounds}-rounds.json"
+    return args.docs / args.label / f"{arm}-{args.rounds}-rounds.json"
 
 
 def run_arm(args: argparse.Namespace, arm: str) -> dict:
@@ -75,10 +85,10 @@ def run_arm(args: argparse.Namespace, arm: str) -> dict:
     out = args.out / args.label / arm
     out.mkdir(parents=True, exist_ok=True)
     start = seed_arm(args.source, out)
+    first = min(p for p in args.source.iterdir() if (p / "config.json").is_file())
+    saved = json.loads((first / "config.json").read_text(encoding="utf-8"))
     overrides = {
         "resume": True,
-        "seed": args.seed,
-        "dtype": args.dtype,
         "rounds": start + args.rounds,
         "checkpoint_every": 1,
         "out_dir": str(out),
@@ -86,11 +96,16 @@ def run_arm(args: argparse.Namespace, arm: str) -> dict:
         "external_sampling": "uniform",
         **ARMS[arm],
     }
-    cfg = Config.load(args.config, overrides)
+    cfg = Config.from_dict({**saved, **overrides}, source=str(first / "config.json"))
     names = [f"{cfg.name}-{k}" for k in range(cfg.nodes)]
     t0 = time.time()
-    run_sim(cfg)
+    nodes = run_sim(cfg)
     sim_seconds = time.time() - t0
+    if any(n.round != cfg.rounds for n in nodes):
+        raise SystemExit(
+            f"{out}: its nodes are at rounds {[n.round for n in nodes]}, not {cfg.rounds}: "
+            "--rounds is smaller than what this arm already ran; pass at least that many."
+        )
     heldout = {}
     for k, name in enumerate(names):
         target = out / f"eval-{name}-round-{start + args.rounds}.json"
@@ -164,11 +179,8 @@ def main(argv: list[str] | None = None) -> None:
         required=True,
         help="a finished 8/0 cell's run folder (runs/evidence/<label>/seed-S/8-0)",
     )
-    ap.add_argument("--config", type=Path, default=HERE / "sweep.toml")
     ap.add_argument("--label", default="after-saturation")
     ap.add_argument("--rounds", type=int, default=16, help="rounds to add (16)")
-    ap.add_argument("--seed", type=int, default=0, help="the starting cell's seed (0)")
-    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"of {', '.join(ARMS)}")
     ap.add_argument(
         "--heldout-per-node", type=int, default=0, help="held-out questions per node (the cells')"
@@ -189,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise SystemExit(f"unknown arm(s) {unknown}: use {', '.join(ARMS)}.")
-    if not (args.source / "sweep-0").is_dir():
+    if not args.source.is_dir() or not any(args.source.glob("*/config.json")):
         raise SystemExit(f"--from {args.source}: no node folders there (sweep-0, ...).")
     todo = [a for a in arms if not summary_path(args, a).is_file()]
     code = code_version()
