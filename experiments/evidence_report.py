@@ -146,9 +146,9 @@ def analyse(cells: list[dict]) -> dict:
 def ceiling(splits: dict[str, dict]) -> dict | None:
     """The highest mean reward any node reached in a round, and what 8/0's seeds would have
     earned had every node sat at it from round 1 on (round 0 is before any training, the same in
-    every split): the most any split could earn if that is as high as rewards go. None unless
-    8/0 itself sat near it (its last quarter of rounds within 10%): a run still climbing shows
-    no ceiling."""
+    every split): the most any split could earn while rewards go no higher. None unless 8/0 ran
+    at least 8 rounds and sat there: its last quarter of rounds within 10% of that top and no
+    more than 10% of it above the quarter before (a run still climbing shows no ceiling)."""
     top = max(
         (
             max(r)
@@ -159,12 +159,20 @@ def ceiling(splits: dict[str, dict]) -> dict | None:
         default=None,
     )
     solo = splits.get("8/0")
-    if top is None or not solo:
+    if top is None or top <= 0 or not solo:
         return None
-    late = [
-        x for c in solo.values() for r in c["rewards"].values() for x in r[-max(1, len(r) // 4) :]
-    ]
-    if statistics.fmean(late) < 0.9 * top:  # 8/0 still climbing: no ceiling seen
+    rounds = min(len(r) for c in solo.values() for r in c["rewards"].values())
+    q = rounds // 4
+    if q < 2:
+        return None
+
+    def mean(a: int, b: int) -> float:
+        return statistics.fmean(
+            x for c in solo.values() for r in c["rewards"].values() for x in r[a:b]
+        )
+
+    last, before = mean(rounds - q, rounds), mean(rounds - 2 * q, rounds - q)
+    if last < 0.9 * top or last - before > 0.1 * top:
         return None
     bound = {
         s: sum(r[0] + (len(r) - 1) * top for r in c["rewards"].values()) / c["total"]
@@ -227,8 +235,8 @@ def reading(a: dict) -> list[str]:
     for split, (picked, used) in a.get("targeted", {}).items():
         if used and not picked:
             out.append(
-                f"{split} never picked a peer group for being wanted: with nothing wanted the "
-                "draw is exactly the uniform one, so it ran as "
+                f"{split} never picked a peer group for being wanted: every peer group it "
+                "trained came from the uniform draw, so it ran as "
                 f"{split.replace('+targeted', '')} with uniform samples."
             )
     top = a.get("ceiling")

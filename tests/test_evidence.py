@@ -241,7 +241,7 @@ def test_the_report_counts_targeted_picks_and_names_a_ceiling(tmp_path):
     split; 8/0 sitting at its top reward gives the bound any split could reach."""
     docs = tmp_path / "docs"
     (docs / "evidence" / "t").mkdir(parents=True)
-    solo = _rounds_cell("8/0", 0, [0.1, 0.3, 0.5, 0.5])  # at the ceiling 0.5 by round 2
+    solo = _rounds_cell("8/0", 0, [0.1, 0.2, 0.3, 0.4] + [0.5] * 4)  # at 0.5 from round 4
     never = _rounds_cell("4/4+targeted", 0, [0.1, 0.4, 0.5, 0.4])
     never.update(
         external_targeted={"n-0": [0] * 4, "n-1": [0] * 4},
@@ -261,13 +261,17 @@ def test_the_report_counts_targeted_picks_and_names_a_ceiling(tmp_path):
     assert "adaptive+targeted: 3 of the 16 peer groups trained were picked" in text
     assert "4/4+targeted never picked a peer group for being wanted" in text
     assert "adaptive+targeted never picked" not in text
-    # 8/0 earned 2 x 1.4 = 2.8; at 0.5 from round 1: 2 x (0.1 + 3 x 0.5) = 3.2, 1.14x
+    # 8/0 earned 2 x 3.0 = 6.0; at 0.5 from round 1: 2 x (0.1 + 7 x 0.5) = 7.2, 1.20x
     assert "no node's mean reward in a round went above 0.500" in text
-    assert "would have earned 1.14x 8/0's cumulative reward" in text
-    climbing = _rounds_cell("8/0", 0, [0.1, 0.2, 0.3, 0.5])  # its last quarter 0.5: at the top
-    assert evidence_report.ceiling({"8/0": {0: climbing}})["top"] == 0.5
-    still = _rounds_cell("8/0", 0, [0.1, 0.2, 0.3, 0.4, 0.5, 0.2, 0.3, 0.3])  # last quarter 0.3
-    assert evidence_report.ceiling({"8/0": {0: still}}) is None
+    assert "would have earned 1.20x 8/0's cumulative reward" in text
+
+    def top(per_round):
+        return evidence_report.ceiling({"8/0": {0: _rounds_cell("8/0", 0, per_round)}})
+
+    assert top([0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.48, 0.5])["top"] == 0.5  # flat at the top
+    assert top([0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5]) is None  # still climbing to its top
+    assert top([0.1, 0.2, 0.3, 0.4, 0.5, 0.2, 0.3, 0.3]) is None  # fell back below its top
+    assert top([0.1, 0.3, 0.5, 0.5]) is None  # too few rounds to tell
 
 
 def test_no_summaries_says_not_run(tmp_path):
