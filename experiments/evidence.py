@@ -213,6 +213,9 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         summary["external_targeted"] = {
             n: [m.get("external_targeted", 0) for m in metrics[n]] for n in names
         }
+        summary["external_zeroed"] = {  # +no-negatives: peer completions trained at advantage 0
+            n: [m.get("external_zeroed", 0) for m in metrics[n]] for n in names
+        }
         summary["cumulative"] = {n: sum(r) for n, r in summary["rewards"].items()}
         summary["total"] = sum(summary["cumulative"].values())
         summary["rounds_done"] = min(len(r) for r in summary["rewards"].values())

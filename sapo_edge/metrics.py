@@ -42,6 +42,7 @@ class RoundReport:
     mix_progress: float | None = None  # adaptive: progress per round credited this round...
     mix_credited: int | None = None  # ...to this J (the J a finished block trained)
     external_targeted: int = 0  # external groups picked for teaching this node (targeted)
+    external_zeroed: int = 0  # peer completions trained at advantage 0 (external_negatives off)
     gen_steps: int = 0  # decode steps of the round's generation (its longest completion)
 
 

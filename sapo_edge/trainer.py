@@ -245,6 +245,9 @@ class Node:
             t_round,
         )
         report.external_targeted = self.pool.last_targeted
+        report.external_zeroed = (
+            0 if cfg.external_negatives else sum(a < 0 for g in external for a in g.advantages)
+        )
         report.local_target, report.external_target = n_local, n_external
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress

@@ -323,6 +323,7 @@ def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
     assert len(log) == 7 and "evidence main: seed-1-adaptive finished" in log
     ad = json.loads((tmp_path / "docs/evidence/main/seed-0-adaptive.json").read_text())
     assert ad["config"]["mix"] == "adaptive" and ad["rounds_done"] == 2
+    assert ad["external_zeroed"] == {"sweep-0": [0, 0], "sweep-1": [0, 0]}  # negatives kept
     assert all(j in (0, 2, 4, 6) for js in ad["external_target"].values() for j in js)
     assert ad["heldout"]["completions"] == 4 and ad["code"]
     assert ad["config"]["dtype"] == "float32"  # pinned, not the machine's auto choice

@@ -55,7 +55,7 @@ def test_the_step_trains_own_groups_as_scored_and_peers_by_the_setting(
     tmp_path, external_negatives
 ):
     node = _node(tmp_path, external_negatives)
-    node.run_round()
+    report = node.run_round()
     own, peers = node.last_groups.own, node.last_groups.external
     own_trained = [g for g in own if any(a != 0 for a in g.advantages)]
     assert own_trained and len(peers) == 2
@@ -70,3 +70,4 @@ def test_the_step_trains_own_groups_as_scored_and_peers_by_the_setting(
     assert len(negative) == own_negative + (
         2 if external_negatives else 0
     )  # a wrong one a peer group
+    assert report.external_zeroed == (0 if external_negatives else 2)  # and it says how many
