@@ -6,6 +6,8 @@ tensor larger than a chunk in the train step's forward and backward."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -169,11 +171,31 @@ def test_the_step_log_probs_are_the_unchunked_ones_with_smaller_logits(
     b.close()
 
 
-def _hwm_mb() -> float:
+# One chunk of 64 tokens x a 200,000-token vocabulary: 51 MB of float32 logits, each block above
+# glibc's largest mmap threshold, so its pages count in the peak only while it lives. Measured in
+# a fresh process: VmHWM is process-wide, and what the tests an xdist worker ran before left in
+# the allocator moved it by 20-35 MB.
+_PEAK = """
+import torch
+from sapo_edge.backends import head_logps as hl
+
+def hwm_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
+
+gen = torch.Generator().manual_seed(3)
+vocab, n = 200_000, 64
+weight = torch.randn(vocab, 8, generator=gen)
+hidden = torch.randn(n, 8, generator=gen).requires_grad_()
+targets = torch.randint(0, vocab, (n,), generator=gen)
+hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)  # what a first call sets up for good
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+before = hwm_mb()
+hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)
+print(hwm_mb() - before)
+"""
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux's peak RSS reset")
@@ -182,20 +204,11 @@ def test_the_log_sum_exp_is_torch_s_with_no_second_copy_of_the_logits():
     small = (torch.randn(5 * hl.LSE_ROWS + 3, 3000, generator=gen) * 4).to(torch.bfloat16)
     for logits in (small, small.float()):
         assert torch.equal(hl.logsumexp_rows(logits), torch.logsumexp(logits, -1))
-    # one chunk of 64 tokens x a 200,000-token vocabulary: 51 MB of float32 logits, each block
-    # above glibc's largest mmap threshold, so its pages count in the peak only while it lives
-    vocab, n = 200_000, 64
-    weight = torch.randn(vocab, 8, generator=gen)
-    hidden = torch.randn(n, 8, generator=gen).requires_grad_()
-    targets = torch.randint(0, vocab, (n,), generator=gen)
-    logits_mb = 4 * n * vocab / 2**20
-    # once first: what a first call sets up for good (which depends on the tests this process ran
-    # before, under xdist) is not the call's peak
-    hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")
-    before = _hwm_mb()
-    hl.head_logps(hidden, weight, targets, 1.0, 4 * vocab * n)
+    logits_mb = 4 * 64 * 200_000 / 2**20
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK], capture_output=True, text=True, env=env, check=True
+    )
+    grew = float(out.stdout.split()[-1])
     # torch.logsumexp over the chunk takes a temporary as large as the logits (~2x in all)
-    grew = _hwm_mb() - before
     assert grew < 1.5 * logits_mb, grew
