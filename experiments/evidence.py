@@ -216,6 +216,12 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         summary["external_zeroed"] = {  # +no-negatives: peer completions trained at advantage 0
             n: [m.get("external_zeroed", 0) for m in metrics[n]] for n in names
         }
+        # what each node-round cost: wall seconds (as run: a lane beside other work is slower)
+        # and CPU seconds (about a quiet machine's; None in rounds run before it was recorded)
+        summary["round_seconds"] = {n: [m["round_seconds"] for m in metrics[n]] for n in names}
+        summary["round_cpu_seconds"] = {
+            n: [m.get("round_cpu_seconds") for m in metrics[n]] for n in names
+        }
         summary["cumulative"] = {n: sum(r) for n, r in summary["rewards"].items()}
         summary["total"] = sum(summary["cumulative"].values())
         summary["rounds_done"] = min(len(r) for r in summary["rewards"].values())

@@ -136,10 +136,32 @@ def analyse(cells: list[dict]) -> dict:
     return {
         "base": base,
         "splits": per_split,
+        "cost": {split: cost(list(splits[split].values())) for split in order},
         "comparisons": comparisons,
         "adaptive_j": adaptive_j,
         "targeted": targeted,
         "ceiling": ceiling(splits),
+    }
+
+
+def cost(cells: list[dict]) -> dict | None:
+    """What a split's training bought per CPU-minute of a node, over the cells whose every
+    node-round recorded its CPU seconds (evidence summaries from 2026-11-26 on): reward summed
+    over node-rounds, CPU seconds summed, node-rounds, and how many cells that is."""
+    timed = [
+        c
+        for c in cells
+        if c.get("round_cpu_seconds")
+        and all(x is not None for v in c["round_cpu_seconds"].values() for x in v)
+    ]
+    if not timed:
+        return None
+    return {
+        "cells": len(timed),
+        "of": len(cells),
+        "reward": sum(sum(r) for c in timed for r in c["rewards"].values()),
+        "cpu_seconds": sum(sum(v) for c in timed for v in c["round_cpu_seconds"].values()),
+        "node_rounds": sum(len(r) for c in timed for r in c["rewards"].values()),
     }
 
 
@@ -321,6 +343,23 @@ def render(label: str, a: dict) -> str:
         shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in counts.items())
         name = "Adaptive" if split == "adaptive" else split
         lines += ["", f"{name}: J chosen over all node-rounds: {shares}."]
+    costs = {k: v for k, v in a.get("cost", {}).items() if v}
+    if costs:
+        lines += [
+            "",
+            "What a node's CPU time bought (cells whose every round recorded it; CPU seconds are "
+            "about a quiet machine's seconds, on the machine that ran the cell):",
+            "",
+            "| split | cells | reward per node-round | CPU s per node-round | "
+            "reward per node CPU-minute |",
+            "|---|---|---|---|---|",
+        ]
+        for split, v in costs.items():
+            per_round = v["cpu_seconds"] / v["node_rounds"]
+            lines.append(
+                f"| {split} | {v['cells']} of {v['of']} | {v['reward'] / v['node_rounds']:.3f} | "
+                f"{per_round:.1f} | {60 * v['reward'] / v['cpu_seconds']:.3f} |"
+            )
     for split, (picked, used) in a["targeted"].items():
         lines += [
             "",

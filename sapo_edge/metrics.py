@@ -43,6 +43,10 @@ class RoundReport:
     mix_credited: int | None = None  # ...to this J (the J a finished block trained)
     external_targeted: int = 0  # external groups picked for teaching this node (targeted)
     external_zeroed: int = 0  # peer completions trained at advantage 0 (external_negatives off)
+    # CPU seconds of this process in the round (every thread's): unlike round_seconds, about the
+    # same on a busy machine, so what a round costs on a quiet one; with other work in the same
+    # process (a dashboard, a web page) it counts that too
+    round_cpu_seconds: float = 0.0
     gen_steps: int = 0  # decode steps of the round's generation (its longest completion)
 
 

@@ -274,6 +274,23 @@ def test_the_report_counts_targeted_picks_and_names_a_ceiling(tmp_path):
     assert top([0.1, 0.3, 0.5, 0.5]) is None  # too few rounds to tell
 
 
+def test_the_report_says_what_a_node_cpu_minute_bought(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    solo = _rounds_cell("8/0", 0, [0.1, 0.3])  # 2 nodes x 2 rounds: reward 0.8 in all
+    solo["round_cpu_seconds"] = {"n-0": [10.0, 20.0], "n-1": [30.0, 20.0]}  # 80 s
+    shared = _rounds_cell("4/4", 0, [0.2, 0.4])
+    shared["round_cpu_seconds"] = {"n-0": [10.0, None], "n-1": [10.0, 10.0]}  # not every round
+    old = _rounds_cell("8/0", 1, [0.2, 0.2])  # a summary from before CPU seconds were recorded
+    for c in (solo, shared, old):
+        name = f"seed-{c['seed']}-{evidence.slug(c['split'])}.json"
+        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    text = evidence_report.write_results(docs).read_text()
+    # 0.8 reward over 4 node-rounds and 80 CPU seconds: 0.2 a round, 20 s a round, 0.6 a minute
+    assert "| 8/0 | 1 of 2 | 0.200 | 20.0 | 0.600 |" in text
+    assert "| 4/4 | " not in text.split("What a node's CPU time bought")[1].split("\n\n")[1]
+
+
 def test_no_summaries_says_not_run(tmp_path):
     text = evidence_report.write_results(tmp_path).read_text()
     assert "has not been run" in text and "| split |" not in text
@@ -324,6 +341,8 @@ def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
     ad = json.loads((tmp_path / "docs/evidence/main/seed-0-adaptive.json").read_text())
     assert ad["config"]["mix"] == "adaptive" and ad["rounds_done"] == 2
     assert ad["external_zeroed"] == {"sweep-0": [0, 0], "sweep-1": [0, 0]}  # negatives kept
+    assert all(x > 0 for v in ad["round_cpu_seconds"].values() for x in v)  # each round's cost
+    assert [len(v) for v in ad["round_seconds"].values()] == [2, 2]
     assert all(j in (0, 2, 4, 6) for js in ad["external_target"].values() for j in js)
     assert ad["heldout"]["completions"] == 4 and ad["code"]
     assert ad["config"]["dtype"] == "float32"  # pinned, not the machine's auto choice
