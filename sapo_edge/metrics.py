@@ -50,6 +50,18 @@ class RoundReport:
     gen_steps: int = 0  # decode steps of the round's generation (its longest completion)
 
 
+# The fields that differ between two runs of the same rounds (timings and memory): a resumed run
+# equals the uninterrupted one in every other field.
+MEASURED = (
+    "gen_seconds",
+    "train_seconds",
+    "round_seconds",
+    "round_cpu_seconds",
+    "time",
+    "peak_rss_mb",
+)
+
+
 def round_report(
     node: Any, own, tasks, gens, local, external, n_shared, received, gen_seconds, stats, t_round
 ) -> RoundReport:

@@ -13,6 +13,7 @@ from scripted import END, Quiet, ScriptedBackend, decode, encode, make_cfg, make
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.control import apply_settings
+from sapo_edge.metrics import MEASURED
 from sapo_edge.rollout import RolloutGroup, encode_batch
 from sapo_edge.swarm.transport import InProcessHub
 from sapo_edge.tasks import TaskRef, regenerate
@@ -295,12 +296,9 @@ def test_resume_without_checkpoint_starts_fresh_and_other_model_is_refused(tmp_p
         other.resume()
 
 
-TIMINGS = ("gen_seconds", "train_seconds", "round_seconds", "time", "peak_rss_mb")
-
-
 def _metrics(node) -> list[dict]:
     rows = [json.loads(line) for line in node.metrics_path.read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMINGS} for r in rows]
+    return [{k: v for k, v in r.items() if k not in MEASURED} for r in rows]
 
 
 # the node's stop checks in a round: 1 before generating, 2-6 at the scripted backend's five

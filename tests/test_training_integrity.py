@@ -31,6 +31,7 @@ from sapo_edge import trainer
 from sapo_edge.backends import load_backend
 from sapo_edge.backends.base import Sample
 from sapo_edge.config import Config
+from sapo_edge.metrics import MEASURED
 from sapo_edge.rollout import RolloutGroup, decode_batch, encode_batch
 from sapo_edge.swarm.transport import InProcessHub
 from sapo_edge.tasks import TaskRef, regenerate
@@ -548,8 +549,7 @@ def _torch_run(tiny_qwen, out: Path, tag: str, stop_before: int | None) -> tuple
     metrics = [json.loads(line) for line in node.metrics_path.read_text().splitlines()]
     for b in made:
         b.close()
-    drop = ("gen_seconds", "train_seconds", "round_seconds", "time", "peak_rss_mb")
-    return weights, [{k: v for k, v in m.items() if k not in drop} for m in metrics]
+    return weights, [{k: v for k, v in m.items() if k not in MEASURED} for m in metrics]
 
 
 def test_a_torch_run_stopped_at_each_phase_and_resumed_trains_the_same_adapter(tiny_qwen, tmp_path):
