@@ -7,7 +7,9 @@ sweep.toml: 4 SmolLM2-135M nodes, 12 rounds) with that seed and I/J, then every 
 adapter scored on held-out questions. Splits: 8/0, 6/2, 4/4, 2/6 (I local + J external of 8
 groups) and `adaptive` (mix = adaptive: each node picks J every round, I + J = 8), each also
 with `+targeted` (4/4+targeted, adaptive+targeted: external_sampling = targeted, the peer groups
-that teach a node something first; without it, the paper's uniform draw). The default plan:
+that teach a node something first; without it, the paper's uniform draw) and/or
+`+no-negatives` (4/4+no-negatives: external_negatives = false, the peers' wrong answers trained
+at advantage 0, so peers teach by their right answers only). The default plan:
 8/0, 4/4 and adaptive on seeds 0, 1, 2; 6/2 and 2/6 on seed 0; plus the base model's score.
 
 Each finished cell writes its summary (docs/evidence/<label>/seed-S-<split>.json and .md) at
@@ -38,18 +40,8 @@ sys.path.insert(0, str(HERE))
 
 from stats import samples_for_se, standard_error  # noqa: E402
 
-SPLITS = (
-    "8/0",
-    "6/2",
-    "4/4",
-    "2/6",
-    "adaptive",
-    "4/4+targeted",
-    "adaptive+targeted",
-    "4/4+no-negatives",
-)
 TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/targeting.py)
-NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answers left out
+NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answers at advantage 0
 SUFFIXES = (TARGETED, NO_NEGATIVES)  # in this order: 4/4+targeted+no-negatives
 
 
@@ -95,7 +87,7 @@ def check_split(split: str) -> str:
         raise SystemExit(
             f"split {split!r}: write I/J (for example 4/4) or adaptive, either with "
             f"{TARGETED} for targeted external samples (4/4{TARGETED}) and/or {NO_NEGATIVES} "
-            f"to leave the peers' wrong answers out (4/4{NO_NEGATIVES})."
+            f"to train the peers' wrong answers at advantage 0 (4/4{NO_NEGATIVES})."
         )
     if suffixes and int(parts[1]) == 0:
         raise SystemExit(

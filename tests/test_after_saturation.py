@@ -15,49 +15,12 @@ sys.path.insert(0, str(ROOT / "experiments"))
 
 import after_saturation  # noqa: E402
 import evidence  # noqa: E402
-
-
-def _tiny_config(tiny_qwen, tmp_path: Path) -> Path:
-    cfg = (ROOT / "experiments/sweep.toml").read_text()
-    cfg = cfg.replace('model = "smollm2-135m"', f'model = "{tiny_qwen}"')
-    for key, value in (("rounds", 2), ("max_new_tokens", 6), ("nodes", 2)):
-        cfg = "\n".join(
-            f"{key} = {value}" if ln.startswith(f"{key} =") else ln for ln in cfg.splitlines()
-        )
-    path = tmp_path / "tiny.toml"
-    path.write_text(cfg)
-    return path
+from tiny_sweep import evidence_argv  # noqa: E402
 
 
 @pytest.mark.slow
 def test_arms_start_from_the_finished_cell_and_go_on(tiny_qwen, tmp_path):
-    config = _tiny_config(tiny_qwen, tmp_path)
-    common = [
-        "--config",
-        str(config),
-        "--out",
-        str(tmp_path / "runs"),
-        "--docs",
-        str(tmp_path / "docs"),
-    ]
-    assert (
-        evidence.main(
-            [
-                *common,
-                "--seeds",
-                "1",
-                "--splits",
-                "8/0",
-                "--single-seed-splits",
-                "",
-                "--heldout-per-node",
-                "2",
-                "--lanes",
-                "1",
-            ]
-        )
-        == 0
-    )
+    assert evidence.main(evidence_argv(tiny_qwen, tmp_path, "1", "8/0")) == 0
     source = tmp_path / "runs/main/seed-1/8-0"
     argv = ["--out", str(tmp_path / "runs"), "--docs", str(tmp_path / "docs")]
     argv += ["--from", str(source), "--heldout-per-node", "2"]

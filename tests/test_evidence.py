@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import evidence  # noqa: E402
 import evidence_report  # noqa: E402
 from stats import interval, paired, samples_for_se, standard_error, t_critical  # noqa: E402
+from tiny_sweep import evidence_argv  # noqa: E402
 
 
 def test_t_table_and_a_conservative_row_between_entries():
@@ -300,35 +301,10 @@ def test_no_summaries_says_not_run(tmp_path):
 def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
     tiny_qwen, tmp_path
 ):
-    cfg = (ROOT / "experiments/sweep.toml").read_text()
-    cfg = cfg.replace('model = "smollm2-135m"', f'model = "{tiny_qwen}"')
-    for key, value in (("rounds", 2), ("max_new_tokens", 6), ("nodes", 2)):
-        cfg = "\n".join(
-            f"{key} = {value}" if ln.startswith(f"{key} =") else ln for ln in cfg.splitlines()
-        )
-    (tmp_path / "tiny.toml").write_text(cfg)
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     for k, v in (("user.email", "t@t"), ("user.name", "t")):
         subprocess.run(["git", "-C", str(tmp_path), "config", k, v], check=True)
-    argv = [
-        "--config",
-        str(tmp_path / "tiny.toml"),
-        "--out",
-        str(tmp_path / "runs"),
-        "--docs",
-        str(tmp_path / "docs"),
-        "--seeds",
-        "0,1",
-        "--splits",
-        "8/0,4/4,adaptive",
-        "--single-seed-splits",
-        "",
-        "--heldout-per-node",
-        "2",
-        "--lanes",
-        "1",
-        "--commit",
-    ]
+    argv = [*evidence_argv(tiny_qwen, tmp_path, "0,1", "8/0,4/4,adaptive"), "--commit"]
     assert evidence.main(argv) == 0
     done = sorted(p.name for p in (tmp_path / "docs/evidence/main").glob("*.json"))
     assert done == sorted(
