@@ -19,6 +19,7 @@ from tiny_sweep import evidence_argv  # noqa: E402
 
 
 @pytest.mark.slow
+@pytest.mark.long  # `make test-long`: an end-to-end script run of 15 s or more
 def test_arms_start_from_the_finished_cell_and_go_on(tiny_qwen, tmp_path):
     assert evidence.main(evidence_argv(tiny_qwen, tmp_path, "1", "8/0")) == 0
     source = tmp_path / "runs/main/seed-1/8-0"
