@@ -63,9 +63,10 @@ MEASURED = (
 
 
 def round_report(
-    node: Any, own, tasks, gens, local, external, n_shared, received, gen_seconds, stats, t_round
+    node: Any, own, tasks, gens, local, external, n_shared, received, gen_seconds, stats, started
 ) -> RoundReport:
-    """A trainer.Node's report of the round it just ran (before its round counter moves on)."""
+    """A trainer.Node's report of the round it just ran (before its round counter moves on);
+    started: time.perf_counter() and time.process_time() when the round began."""
     all_rewards = [r for g in own for r in g.rewards]
     by_domain: dict[str, list[float]] = {}
     for task, g in zip(tasks, own, strict=True):
@@ -90,7 +91,8 @@ def round_report(
         train_tokens=stats.tokens if stats else 0,
         loss=stats.loss if stats else 0.0,
         peak_rss_mb=node.backend.memory_report()["peak_rss_mb"],
-        round_seconds=time.perf_counter() - t_round,
+        round_seconds=time.perf_counter() - started[0],
+        round_cpu_seconds=time.process_time() - started[1],
     )
 
 

@@ -133,7 +133,7 @@ class Node:
             raise
 
     def _run_round(self) -> RoundReport:
-        cfg, t_round, cpu_round = self.cfg, time.perf_counter(), time.process_time()
+        cfg, started = self.cfg, (time.perf_counter(), time.process_time())
         self._phase("sampling")
         # 1. sample a batch of questions (the paper's SampleBatch: k domains, one question each)
         tasks = [regenerate(ref) for ref in self.sampler.sample_batch(cfg.questions_per_round)]
@@ -242,10 +242,9 @@ class Node:
             received,
             gen_seconds,
             stats,
-            t_round,
+            started,
         )
         report.external_targeted = self.pool.last_targeted
-        report.round_cpu_seconds = time.process_time() - cpu_round
         report.external_zeroed = (
             0 if cfg.external_negatives else sum(a < 0 for g in external for a in g.advantages)
         )
