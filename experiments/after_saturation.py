@@ -28,8 +28,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from evidence import _metrics, _write_json, code_version, heldout_per_node, node_heldout  # noqa: E402
-from stats import standard_error  # noqa: E402
+from evidence import (  # noqa: E402
+    _metrics,
+    _write_json,
+    code_version,
+    evaluate_nodes,
+    heldout_per_node,
+)
 
 ARMS = {
     "4-4": {"local_samples": 4, "external_samples": 4, "external_negatives": True},
@@ -78,7 +83,6 @@ def run_arm(args: argparse.Namespace, arm: str) -> dict:
     import torch
 
     from sapo_edge.config import Config
-    from sapo_edge.evaluate import evaluate
     from sapo_edge.runner import run_sim
 
     torch.set_num_threads(1)
@@ -106,20 +110,8 @@ def run_arm(args: argparse.Namespace, arm: str) -> dict:
             f"{out}: its nodes are at rounds {[n.round for n in nodes]}, not {cfg.rounds}: "
             "--rounds is smaller than what this arm already ran; pass at least that many."
         )
-    heldout = {}
-    for k, name in enumerate(names):
-        target = out / f"eval-{name}-round-{start + args.rounds}.json"
-        if not target.is_file():
-            r = evaluate(
-                cfg,
-                questions=args.heldout_per_node or heldout_per_node(cfg.nodes),
-                samples=1,
-                checkpoint=str(out / name),
-                seed=k,
-            )
-            _write_json(target, {"heldout_seed": k, "scores": r.scores, "source": r.source})
-        heldout[name] = json.loads(target.read_text())
-    scores = [s for h in heldout.values() for s in h["scores"]]
+    per_node = args.heldout_per_node or heldout_per_node(cfg.nodes)
+    heldout = evaluate_nodes(cfg, out, names, per_node, True, f"-round-{start + args.rounds}")
     metrics = {n: _metrics(out / n / "metrics.jsonl")[start:] for n in names}
     return {
         "label": args.label,
@@ -134,12 +126,7 @@ def run_arm(args: argparse.Namespace, arm: str) -> dict:
         "rewards": {n: [m["reward_mean"] for m in ms] for n, ms in metrics.items()},
         "external_used": {n: [m["external_used"] for m in ms] for n, ms in metrics.items()},
         "local_used": {n: [m["local_used"] for m in ms] for n, ms in metrics.items()},
-        "heldout": {
-            "per_node": {n: node_heldout(h["scores"]) for n, h in heldout.items()},
-            "pass_at_1": sum(scores) / len(scores),
-            "se": standard_error(scores),
-            "completions": len(scores),
-        },
+        "heldout": heldout,
         "sim_seconds": sim_seconds,
         "code": args.code,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

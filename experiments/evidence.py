@@ -126,7 +126,6 @@ def heldout_per_node(nodes: int, target: float = SE_TARGET) -> int:
 
 def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     """Train (unless base), evaluate every node, and return the cell's summary."""
-    from sapo_edge.evaluate import evaluate
     from sapo_edge.metrics import read_rewards
     from sapo_edge.runner import run_sim
 
@@ -138,21 +137,8 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         run_sim(cfg)
     sim_seconds, sim_cpu = time.time() - t0, time.process_time() - c0
     per_node = args.heldout_per_node or heldout_per_node(cfg.nodes)
-    heldout = {}
     t1, c1 = time.time(), time.process_time()
-    for k, name in enumerate(names):
-        target = out / f"eval-{name}.json"
-        if not target.is_file():  # a cell cut short keeps the evaluations it finished
-            r = evaluate(
-                cfg,
-                questions=per_node,
-                samples=1,
-                checkpoint="" if split == BASE else str(out / name),
-                seed=k,
-            )
-            _write_json(target, {"heldout_seed": k, "scores": r.scores, "source": r.source})
-        heldout[name] = json.loads(target.read_text())
-    scores = [s for h in heldout.values() for s in h["scores"]]
+    heldout = evaluate_nodes(cfg, out, names, per_node, trained=split != BASE)
     summary = {
         "label": args.label,
         "seed": seed,
@@ -182,12 +168,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "domain_configs",
             )
         },
-        "heldout": {
-            "per_node": {n: node_heldout(h["scores"]) for n, h in heldout.items()},
-            "pass_at_1": sum(scores) / len(scores),
-            "se": standard_error(scores) if len(scores) > 1 else None,
-            "completions": len(scores),
-        },
+        "heldout": heldout,
         "sim_seconds": sim_seconds if split != BASE else 0.0,
         "eval_seconds": time.time() - t1,
         # CPU seconds of this process (all its threads): on a busy machine wall time grows, these
@@ -218,6 +199,34 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         summary["total"] = sum(summary["cumulative"].values())
         summary["rounds_done"] = min(len(r) for r in summary["rewards"].values())
     return summary
+
+
+def evaluate_nodes(cfg, out: Path, names: list[str], per_node: int, trained: bool, tag: str = ""):
+    """Node k's final adapter (or the base model, trained=False) on held-out seed k's questions,
+    each node's scores kept in out/eval-<name><tag>.json as it finishes (a run cut short keeps
+    the evaluations it finished); the summary's "heldout": per node, pass@1, SE, completions."""
+    from sapo_edge.evaluate import evaluate
+
+    heldout = {}
+    for k, name in enumerate(names):
+        target = out / f"eval-{name}{tag}.json"
+        if not target.is_file():
+            r = evaluate(
+                cfg,
+                questions=per_node,
+                samples=1,
+                checkpoint=str(out / name) if trained else "",
+                seed=k,
+            )
+            _write_json(target, {"heldout_seed": k, "scores": r.scores, "source": r.source})
+        heldout[name] = json.loads(target.read_text())
+    scores = [s for h in heldout.values() for s in h["scores"]]
+    return {
+        "per_node": {n: node_heldout(h["scores"]) for n, h in heldout.items()},
+        "pass_at_1": sum(scores) / len(scores),
+        "se": standard_error(scores) if len(scores) > 1 else None,
+        "completions": len(scores),
+    }
 
 
 def node_heldout(scores: list[float]) -> dict:
