@@ -124,6 +124,12 @@ class Config:
     lenient_credit: float = _f(
         0.5, "A lenient (untagged) correct answer earns this fraction of a tagged one."
     )
+    format_example: bool = _f(
+        False,
+        "Show one worked example (a question, then an answer ending in <answer>5</answer>) before "
+        "each question: small models that ignore the system prompt's format copy it "
+        "(SmolLM2-135M tags about half its answers with it, none without).",
+    )
     format_reward: float = _f(
         0.0,
         "Bonus for exactly one well-formed <answer> tag (0 = off; the paper found it unnecessary).",

@@ -85,7 +85,7 @@ def evaluate(
             partial_credit=cfg.partial_credit,
         )
         gens = backend.generate(
-            [build_messages(t.question) for t in tasks],
+            [build_messages(t.question, example=cfg.format_example) for t in tasks],
             samples,
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,

@@ -16,9 +16,28 @@ SYSTEM_PROMPT = (
 _NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
 
 
-def build_messages(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
-    """System + user chat messages for one question."""
-    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
+# One worked exchange shown before the question when the config's format_example is on: a model
+# too small to follow the system prompt's format copies it from an example (SmolLM2-135M tags
+# about half its answers with it, none without; docs/results.md, "v4"). Arithmetic, but what it
+# teaches is the format: the answer alone in tags at the end.
+EXAMPLE = (
+    {"role": "user", "content": "Calculate 2 + 3."},
+    {"role": "assistant", "content": "2 + 3 = 5. <answer>5</answer>"},
+)
+
+
+def build_messages(
+    question: str, system_prompt: str = SYSTEM_PROMPT, example: bool = False
+) -> list[dict[str, str]]:
+    """System + user chat messages for one question, with the worked EXAMPLE between them when
+    example is true. Sampling, training and evaluation build a node's prompts with this one
+    function and the same flag, so a completion is trained on the prompt it was sampled from."""
+    shown = [dict(m) for m in EXAMPLE] if example else []
+    return [
+        {"role": "system", "content": system_prompt},
+        *shown,
+        {"role": "user", "content": question},
+    ]
 
 
 def extract_tagged(text: str) -> str | None:

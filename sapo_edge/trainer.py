@@ -132,6 +132,10 @@ class Node:
                 self._received_carry = self._received  # by the attempt that completes
             raise
 
+    def _messages(self, question: str) -> list[dict[str, str]]:
+        """The chat prompt a question is sampled and trained with (the same for both)."""
+        return build_messages(question, example=self.cfg.format_example)
+
     def _run_round(self) -> RoundReport:
         cfg, started = self.cfg, (time.perf_counter(), time.process_time())
         self._phase("sampling")
@@ -142,7 +146,7 @@ class Node:
         self._phase("generating")
         t0 = time.perf_counter()
         gens = self.backend.generate(
-            [build_messages(t.question) for t in tasks],
+            [self._messages(t.question) for t in tasks],
             cfg.group_size,
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
@@ -215,11 +219,11 @@ class Node:
         #    only, and the step's token normaliser is the same as with their negatives.
         self._phase("training")
         samples = [
-            Sample(build_messages(g.question), c, adv)
+            Sample(self._messages(g.question), c, adv)
             for g in local
             for c, adv in zip(_trained(g), g.advantages, strict=True)
         ] + [
-            Sample(build_messages(g.question), c, adv if cfg.external_negatives else max(adv, 0.0))
+            Sample(self._messages(g.question), c, adv if cfg.external_negatives else max(adv, 0.0))
             for g in external
             for c, adv in zip(_trained(g), g.advantages, strict=True)
         ]

@@ -54,7 +54,12 @@ class ScriptedBackend:
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         self.calls.append(
             dict(
-                n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed
+                n=n,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                prompts=[list(m) for m in prompts],
             )
         )
         for step in range(1, 6):  # five "decode steps", each reported like a real backend's

@@ -1,0 +1,53 @@
+"""format_example: the worked example is in every prompt a node samples from and in every prompt
+it trains with (its own groups and its peers'), and in none when it is off: a completion is
+trained on the prompt it was sampled from."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from scripted import ScriptedBackend, make_cfg, make_node
+
+import sapo_edge.evaluate as ev
+from sapo_edge.prompts import build_messages
+from sapo_edge.rollout import RolloutGroup
+from sapo_edge.swarm.transport import InProcessHub
+from sapo_edge.task_sampler import TaskSampler
+from sapo_edge.tasks import regenerate
+
+
+@pytest.mark.parametrize("example", [True, False])
+def test_sampled_and_trained_prompts_both_carry_the_example_or_neither(tmp_path, example):
+    cfg = make_cfg(tmp_path, local_samples=2, external_samples=2, format_example=example)
+    node = make_node(cfg, "n", InProcessHub().connect("id-n"), right=1)
+    theirs = TaskSampler(cfg.domains, cfg.domain_configs, seed=77)
+    for ref in theirs.sample_batch(2):  # two peer groups with right and wrong answers
+        task = regenerate(ref)
+        answers = tuple(f"<answer>{a}</answer>" for a in (task.answer, "-1", "-1", task.answer))
+        node.pool.add(
+            RolloutGroup(ref, task.question, task.answer, answers, (1.0,) * 4, "id-p", "m", 0, 0.0),
+            0,
+        )
+    node.run_round()
+    sampled = node.backend.calls[-1]["prompts"]
+    assert sampled and all(p == build_messages(p[-1]["content"], example=example) for p in sampled)
+    trained = node.backend.steps[-1]
+    assert len(node.last_groups.external) == 2  # peers' groups are in the step
+    assert trained and all(
+        s.messages == build_messages(s.messages[-1]["content"], example=example) for s in trained
+    )
+    assert all((len(p) == 4) is example for p in sampled + [s.messages for s in trained])
+
+
+@pytest.mark.parametrize("example", [True, False])
+def test_evaluation_asks_with_the_prompt_the_nodes_trained_with(tmp_path, monkeypatch, example):
+    backend = ScriptedBackend(right=4)
+    monkeypatch.setattr(ev, "select_backend", lambda choice, log: ("torch", "cpu"))
+    monkeypatch.setattr(ev, "resolve_model", lambda name, progress: types.SimpleNamespace(path=""))
+    monkeypatch.setattr(ev, "load_backend", lambda *a, **kw: backend)
+    cfg = make_cfg(tmp_path, format_example=example)
+    result = ev.evaluate(cfg, questions=3, samples=2, log=lambda m: None)
+    assert result.pass_at_1 == 1.0  # the scripted backend answered every question it was asked
+    asked = backend.calls[-1]["prompts"]
+    assert asked == [build_messages(t.question, example=example) for t in ev.heldout_tasks(cfg, 3)]
