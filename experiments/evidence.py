@@ -162,6 +162,8 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "external_negatives",
                 "learning_rate",
                 "lenient",
+                "lenient_credit",
+                "format_example",
                 "dtype",
                 "seed",
                 "domains",

@@ -141,7 +141,31 @@ def analyse(cells: list[dict]) -> dict:
         "adaptive_j": adaptive_j,
         "targeted": targeted,
         "ceiling": ceiling(splits),
+        "task": task_line(cells[0]["config"]) if cells and "config" in cells[0] else "",
     }
+
+
+def task_line(config: dict) -> str:
+    """What the cells were asked and how it was scored, from a summary's config (the same in
+    every cell of an experiment but for seed and mix)."""
+    parts = []
+    for domain in config.get("domains", {}):
+        dc = config.get("domain_configs", {}).get(domain, {})
+        shown = ", ".join(
+            f"{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in dc.items()
+            if k in TASK_KEYS
+        )
+        parts.append(f"{domain}" + (f" ({shown})" if shown else ""))
+    line = "Task: " + "; ".join(parts) + "."
+    if config.get("lenient"):
+        line += f" A right answer earns 1.0 in <answer> tags, {config.get('lenient_credit', 0.5)} untagged."
+    if config.get("format_example"):
+        line += " Each prompt shows one worked example of the answer format (format_example)."
+    return line
+
+
+TASK_KEYS = ("min_terms", "max_terms", "min_digits", "max_digits", "operators")
 
 
 def cost(cells: list[dict]) -> dict | None:
@@ -294,6 +318,8 @@ def render(label: str, a: dict) -> str:
             "swarm's total: the sum over nodes and rounds of each node's mean training reward."
         )
         lines.append("")
+    if a.get("task"):
+        lines += [a["task"], ""]
     lines += [
         "| split | seeds | cumulative reward, mean [95% CI] | held-out pass@1, mean [95% CI] | "
         "max SE per seed | completions per seed |",

@@ -342,3 +342,28 @@ def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
         ["git", "-C", str(tmp_path), "log", "--format=%s"], capture_output=True, text=True
     ).stdout.splitlines()
     assert len(log) == 8 and log[0] == "evidence main: seed-1-4-4 finished"
+
+
+def test_the_report_says_what_task_the_cells_ran(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    config = {
+        "domains": {"basic_arithmetic": 1.0, "chain_sum": 1.0},
+        "domain_configs": {"basic_arithmetic": {"max_digits": 1, "operators": ["+", "-"]}},
+        "lenient": True,
+        "lenient_credit": 0.5,
+        "format_example": True,
+    }
+    for split in ("8/0", "4/4"):
+        (docs / "evidence" / "t" / f"seed-0-{evidence.slug(split)}.json").write_text(
+            json.dumps({**_cell(split, 0, 10.0), "config": config})
+        )
+    text = evidence_report.write_results(docs).read_text()
+    assert (
+        "Task: basic_arithmetic (max_digits 1, operators + -); chain_sum. A right answer "
+        "earns 1.0 in <answer> tags, 0.5 untagged. Each prompt shows one worked example"
+    ) in text
+    config.update(lenient=False, format_example=False)  # older summaries: no such keys at all
+    assert evidence_report.task_line(config) == (
+        "Task: basic_arithmetic (max_digits 1, operators + -); chain_sum."
+    )
