@@ -126,9 +126,9 @@ class Config:
     )
     format_example: bool = _f(
         False,
-        "Show one worked example (a question, then an answer ending in <answer>5</answer>) before "
+        "Show one worked example (a question, then an answer ending in <answer>42</answer>) before "
         "each question: small models that ignore the system prompt's format copy it "
-        "(SmolLM2-135M tags about half its answers with it, none without).",
+        "(SmolLM2-135M tags a third of its answers with it, none without).",
     )
     format_reward: float = _f(
         0.0,

@@ -17,12 +17,13 @@ _NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)
 
 
 # One worked exchange shown before the question when the config's format_example is on: a model
-# too small to follow the system prompt's format copies it from an example (SmolLM2-135M tags
-# about half its answers with it, none without; docs/results.md, "v4"). Arithmetic, but what it
-# teaches is the format: the answer alone in tags at the end.
+# too small to follow the system prompt's format copies it from an example (SmolLM2-135M tags a
+# third of its answers with it, none without: experiments/v4.toml). What it teaches is the
+# format, the answer alone in tags at the end; its answer, 42 (the system prompt's), lies outside
+# the one-digit tasks' answers, so copying the example's number never earns a reward there.
 EXAMPLE = (
-    {"role": "user", "content": "Calculate 2 + 3."},
-    {"role": "assistant", "content": "2 + 3 = 5. <answer>5</answer>"},
+    {"role": "user", "content": "Calculate 12 + 30."},
+    {"role": "assistant", "content": "12 + 30 = 42. <answer>42</answer>"},
 )
 
 

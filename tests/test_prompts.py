@@ -29,10 +29,10 @@ def test_the_format_example_comes_between_the_system_prompt_and_the_question() -
     msgs = build_messages("Calculate 7 + 1.", example=True)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[0]["content"] == SYSTEM_PROMPT and msgs[-1]["content"] == "Calculate 7 + 1."
-    assert extract_tagged(msgs[2]["content"]) == "5"  # it shows the format it asks for
+    assert extract_tagged(msgs[2]["content"]) == "42"  # it shows the format it asks for
     assert has_one_wellformed_tag(msgs[2]["content"])
     msgs[1]["content"] = "changed"  # a caller's edit stays in its own list
-    assert build_messages("q", example=True)[1]["content"] == "Calculate 2 + 3."
+    assert build_messages("q", example=True)[1]["content"] == "Calculate 12 + 30."
 
 
 @pytest.mark.parametrize(
