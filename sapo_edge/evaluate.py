@@ -4,13 +4,15 @@ node trains on, for the base model or a node's checkpoint. Used by `sapo-edge ev
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backends import load_backend, select_backend
-from .checkpoints import find_latest
+from .checkpoints import STATE, find_latest
 from .config import Config
 from .models import resolve_model
 from .prompts import build_messages
@@ -46,6 +48,24 @@ def heldout_tasks(cfg: Config, questions: int, seed: int = 0) -> list[Task]:
     return [regenerate(ref) for ref in sampler.sample_batch(questions)]
 
 
+def _as_trained(cfg: Config, checkpoint: Path, log: Callable[[str], None]) -> Config:
+    """An adapter is asked with the prompt it trained with: its checkpoint's format_example
+    wins over this run's (a flag or preset left at its default would otherwise change the
+    prompt under it), and the log says so."""
+    try:
+        saved = json.loads((checkpoint / STATE).read_text(encoding="utf-8"))["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return cfg  # an older checkpoint, or not one of ours: the run's setting stands
+    trained = saved.get("format_example", False) if isinstance(saved, dict) else None
+    if not isinstance(trained, bool) or trained == cfg.format_example:
+        return cfg
+    log(
+        f"{checkpoint} trained with format_example = {str(trained).lower()}: evaluating with "
+        "the prompts it trained with."
+    )
+    return dataclasses.replace(cfg, format_example=trained)
+
+
 def evaluate(
     cfg: Config,
     *,
@@ -78,6 +98,7 @@ def evaluate(
                 path = found.path
             backend.load(path)
             source = f"checkpoint {path}"
+            cfg = _as_trained(cfg, path, log)
         rewards = RewardConfig(
             lenient=cfg.lenient,
             lenient_credit=cfg.lenient_credit,

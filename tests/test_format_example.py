@@ -4,6 +4,7 @@ trained on the prompt it was sampled from."""
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
@@ -51,3 +52,29 @@ def test_evaluation_asks_with_the_prompt_the_nodes_trained_with(tmp_path, monkey
     assert result.pass_at_1 == 1.0  # the scripted backend answered every question it was asked
     asked = backend.calls[-1]["prompts"]
     assert asked == [build_messages(t.question, example=example) for t in ev.heldout_tasks(cfg, 3)]
+
+
+@pytest.mark.parametrize(("trained", "asked"), [(True, False), (False, True), (None, True)])
+def test_an_adapter_is_evaluated_with_the_prompt_it_trained_with(
+    tmp_path, monkeypatch, trained, asked
+):
+    """Its checkpoint's format_example wins, and the log says so; a checkpoint of a version
+    before the setting (no key) trained without the example."""
+    backend = ScriptedBackend(right=4)
+    monkeypatch.setattr(ev, "select_backend", lambda choice, log: ("torch", "cpu"))
+    monkeypatch.setattr(ev, "resolve_model", lambda name, progress: types.SimpleNamespace(path=""))
+    monkeypatch.setattr(ev, "load_backend", lambda *a, **kw: backend)
+    ckpt = tmp_path / "round-000003"
+    ckpt.mkdir()
+    (ckpt / "COMPLETE").write_text("")
+    backend.save(ckpt)
+    saved = {"model": "m"} if trained is None else {"model": "m", "format_example": trained}
+    (ckpt / "state.json").write_text(json.dumps({"round": 3, "config": saved}))
+    cfg = make_cfg(tmp_path, format_example=asked)
+    said: list[str] = []
+    ev.evaluate(cfg, questions=2, samples=1, checkpoint=str(ckpt), log=said.append)
+    used = bool(trained)
+    assert backend.calls[-1]["prompts"] == [
+        build_messages(t.question, example=used) for t in ev.heldout_tasks(cfg, 2)
+    ]
+    assert any(f"trained with format_example = {str(used).lower()}" in m for m in said)
