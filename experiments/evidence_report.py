@@ -320,11 +320,14 @@ def render(label: str, a: dict) -> str:
         lines.append("")
     if a.get("task"):
         lines += [a["task"], ""]
-    lines += [
-        "| split | seeds | cumulative reward, mean [95% CI] | held-out pass@1, mean [95% CI] | "
-        "max SE per seed | completions per seed |",
-        "|---|---|---|---|---|---|",
-    ]
+    if not a["splits"]:
+        lines.append("No trained cell has finished yet.")
+    else:
+        lines += [
+            "| split | seeds | cumulative reward, mean [95% CI] | held-out pass@1, mean [95% CI] "
+            "| max SE per seed | completions per seed |",
+            "|---|---|---|---|---|---|",
+        ]
     for split, v in a["splits"].items():
         lines.append(
             f"| {split} | {','.join(map(str, v['seeds']))} | {_iv(v['total_interval'])} | "

@@ -292,6 +292,17 @@ def test_the_report_says_what_a_node_cpu_minute_bought(tmp_path):
     assert "| 4/4 | " not in text.split("What a node's CPU time bought")[1].split("\n\n")[1]
 
 
+def test_an_experiment_with_only_the_base_model_says_no_trained_cell_finished(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    base = {"label": "t", "seed": None, "split": "base"}
+    base["heldout"] = {"pass_at_1": 0.25, "se": 0.01, "completions": 1112, "per_node": {}}
+    (docs / "evidence" / "t" / "base.json").write_text(json.dumps(base))
+    text = evidence_report.write_results(docs).read_text()
+    assert "No trained cell has finished yet." in text and "| split | seeds |" not in text
+    assert "Base model, held-out pass@1: 0.250" in text
+
+
 def test_no_summaries_says_not_run(tmp_path):
     text = evidence_report.write_results(tmp_path).read_text()
     assert "has not been run" in text and "| split |" not in text
