@@ -145,6 +145,9 @@ def analyse(cells: list[dict]) -> dict:
     }
 
 
+TASK_KEYS = ("min_terms", "max_terms", "min_digits", "max_digits", "operators")  # shown per domain
+
+
 def task_line(config: dict) -> str:
     """What the cells were asked and how it was scored, from a summary's config (the same in
     every cell of an experiment but for seed and mix)."""
@@ -163,9 +166,6 @@ def task_line(config: dict) -> str:
     if config.get("format_example"):
         line += " Each prompt shows one worked example of the answer format (format_example)."
     return line
-
-
-TASK_KEYS = ("min_terms", "max_terms", "min_digits", "max_digits", "operators")
 
 
 def cost(cells: list[dict]) -> dict | None:

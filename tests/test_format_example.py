@@ -41,12 +41,19 @@ def test_sampled_and_trained_prompts_both_carry_the_example_or_neither(tmp_path,
     assert all((len(p) == 4) is example for p in sampled + [s.messages for s in trained])
 
 
-@pytest.mark.parametrize("example", [True, False])
-def test_evaluation_asks_with_the_prompt_the_nodes_trained_with(tmp_path, monkeypatch, example):
+@pytest.fixture
+def scripted_eval(monkeypatch) -> ScriptedBackend:
+    """evaluate() with a scripted backend in place of a model (the backend it answers with)."""
     backend = ScriptedBackend(right=4)
     monkeypatch.setattr(ev, "select_backend", lambda choice, log: ("torch", "cpu"))
     monkeypatch.setattr(ev, "resolve_model", lambda name, progress: types.SimpleNamespace(path=""))
     monkeypatch.setattr(ev, "load_backend", lambda *a, **kw: backend)
+    return backend
+
+
+@pytest.mark.parametrize("example", [True, False])
+def test_evaluation_asks_with_the_prompt_the_nodes_trained_with(tmp_path, scripted_eval, example):
+    backend = scripted_eval
     cfg = make_cfg(tmp_path, format_example=example)
     result = ev.evaluate(cfg, questions=3, samples=2, log=lambda m: None)
     assert result.pass_at_1 == 1.0  # the scripted backend answered every question it was asked
@@ -56,14 +63,11 @@ def test_evaluation_asks_with_the_prompt_the_nodes_trained_with(tmp_path, monkey
 
 @pytest.mark.parametrize(("trained", "asked"), [(True, False), (False, True), (None, True)])
 def test_an_adapter_is_evaluated_with_the_prompt_it_trained_with(
-    tmp_path, monkeypatch, trained, asked
+    tmp_path, scripted_eval, trained, asked
 ):
     """Its checkpoint's format_example wins, and the log says so; a checkpoint of a version
     before the setting (no key) trained without the example."""
-    backend = ScriptedBackend(right=4)
-    monkeypatch.setattr(ev, "select_backend", lambda choice, log: ("torch", "cpu"))
-    monkeypatch.setattr(ev, "resolve_model", lambda name, progress: types.SimpleNamespace(path=""))
-    monkeypatch.setattr(ev, "load_backend", lambda *a, **kw: backend)
+    backend = scripted_eval
     ckpt = tmp_path / "round-000003"
     ckpt.mkdir()
     (ckpt / "COMPLETE").write_text("")
