@@ -132,6 +132,8 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     cfg = cell_config(args, seed, split)
     out = Path(cfg.out_dir)
     names = [f"{cfg.name}-{k}" for k in range(cfg.nodes)]
+    # rounds a resumed cell had already recorded: sim_seconds and sim_cpu_seconds are this run's
+    done_before = min(len(read_rewards(out / n / "metrics.jsonl")) for n in names)
     t0, c0 = time.time(), time.process_time()
     if split != BASE:
         run_sim(cfg)
@@ -172,6 +174,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         },
         "heldout": heldout,
         "sim_seconds": sim_seconds if split != BASE else 0.0,
+        "sim_first_round": done_before,  # sim_* count rounds from here (earlier runs did the rest)
         "eval_seconds": time.time() - t1,
         # CPU seconds of this process (all its threads): on a busy machine wall time grows, these
         # do not, so they are what a duration estimate for a quiet machine starts from
@@ -267,11 +270,21 @@ def cell_table(s: dict) -> str:
     lines += [
         "",
         f"Held-out pass@1 {h['pass_at_1']:.3f} (SE {se}, {h['completions']} completions). "
-        f"Code {s['code']}, finished {s['finished']}; sim {s['sim_seconds'] / 60:.1f} min, "
-        f"evaluation {s['eval_seconds'] / 60:.1f} min.",
+        f"Code {s['code']}, finished {s['finished']}; sim {s['sim_seconds'] / 60:.1f} min"
+        f"{_resumed(s)}, evaluation {s['eval_seconds'] / 60:.1f} min.",
         "",
     ]
     return "\n".join(lines)
+
+
+def _resumed(s: dict) -> str:
+    """What the sim minutes cover when the cell resumed: this run's rounds only."""
+    first, done = s.get("sim_first_round", 0), s.get("rounds_done", 0)
+    if not first:
+        return ""
+    if first >= done:
+        return " (no round trained in this run: earlier runs did them all)"
+    return f" (rounds {first}-{done - 1}: earlier runs trained the rest)"
 
 
 def write_summary(docs: Path, summary: dict, commit: bool) -> list[Path]:

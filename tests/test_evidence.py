@@ -349,10 +349,28 @@ def test_pipeline_end_to_end_on_the_tiny_model_skips_finished_cells_and_commits(
     again = json.loads((tmp_path / "docs/evidence/main/seed-1-4-4.json").read_text())
     assert metrics.read_text() == trained  # resumed at its end: no round trained again
     assert again["rewards"] == first["rewards"] and again["heldout"] == first["heldout"]
+    # its sim minutes are this run's, which trained nothing, and its table says so
+    assert (first["sim_first_round"], again["sim_first_round"]) == (0, 2)
+    md = (tmp_path / "docs/evidence/main/seed-1-4-4.md").read_text()
+    assert "no round trained in this run" in md
+    assert "earlier runs" not in (tmp_path / "docs/evidence/main/seed-1-8-0.md").read_text()
     log = subprocess.run(
         ["git", "-C", str(tmp_path), "log", "--format=%s"], capture_output=True, text=True
     ).stdout.splitlines()
     assert len(log) == 8 and log[0] == "evidence main: seed-1-4-4 finished"
+
+
+@pytest.mark.parametrize(
+    "first, done, says",
+    [
+        (0, 48, ""),
+        (30, 48, " (rounds 30-47: earlier runs trained the rest)"),
+        (48, 48, " (no round trained in this run: earlier runs did them all)"),
+    ],
+)
+def test_a_resumed_cell_says_which_rounds_its_sim_minutes_cover(first, done, says):
+    assert evidence._resumed({"sim_first_round": first, "rounds_done": done}) == says
+    assert evidence._resumed({"rounds_done": done}) == ""  # summaries written before it existed
 
 
 def test_the_report_says_what_task_the_cells_ran(tmp_path):
