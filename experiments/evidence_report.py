@@ -83,13 +83,24 @@ def halves(a: dict, b: dict) -> tuple[int, int, float, float] | None:
     return k, n, sum(diff[:k]) / k, sum(diff[n - k :]) / k
 
 
+def split_order(splits) -> list[str]:
+    """The known splits in ORDER, then any other (4/4+targeted+no-negatives, 3/5) by name."""
+    return [s for s in ORDER if s in splits] + sorted(s for s in splits if s not in ORDER)
+
+
+def comparisons_for(order: list[str]) -> list[tuple[str, str]]:
+    """COMPARISONS, and each split not in ORDER against the paper's two references."""
+    extra = [(x, ref) for x in order if x not in ORDER for ref in ("8/0", "4/4") if ref in order]
+    return list(COMPARISONS) + extra
+
+
 def analyse(cells: list[dict]) -> dict:
     base = next((c for c in cells if c["split"] == "base"), None)
     splits: dict[str, dict] = {}
     for c in cells:
         if c["split"] != "base":
             splits.setdefault(c["split"], {})[c["seed"]] = c
-    order = [s for s in ORDER if s in splits] + sorted(s for s in splits if s not in ORDER)
+    order = split_order(splits)
     per_split = {}
     for split in order:
         by_seed = splits[split]
@@ -104,7 +115,7 @@ def analyse(cells: list[dict]) -> dict:
             "nodes": min(len(c["cumulative"]) for c in by_seed.values()),
         }
     comparisons = {}
-    for a, b in COMPARISONS:
+    for a, b in comparisons_for(order):
         if a in per_split and b in per_split:
             diffs, iv = paired(per_split[a]["total"], per_split[b]["total"])
             ta, tb = per_split[a]["total"], per_split[b]["total"]
@@ -417,7 +428,7 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
             by_split.setdefault(c["split"], []).append(c)
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4))
-    for split in [s for s in ORDER if s in by_split]:
+    for split in split_order(by_split):
         curves = []
         for c in by_split[split]:
             run, acc = [], 0.0
@@ -442,7 +453,7 @@ def plots(label: str, cells: list[dict], target: Path) -> list[Path]:
     paths.append(target / "cumulative_reward.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    for split in (s for s in ORDER if s.startswith("adaptive") and s in by_split):
+    for split in (s for s in split_order(by_split) if s.startswith("adaptive")):
         fig, ax = plt.subplots(figsize=(7, 3.5))
         rounds = min(c["rounds_done"] for c in by_split[split])
         arms = sorted(

@@ -172,6 +172,34 @@ def test_report_from_hand_made_summaries(tmp_path):
     assert (docs / "evidence/t/adaptive-targeted_j.png").stat().st_size > 1000
 
 
+def test_a_split_the_report_does_not_list_is_still_compared_and_plotted(tmp_path, monkeypatch):
+    axes = pytest.importorskip("matplotlib.axes")
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    odd = "4/4+targeted+no-negatives"
+    assert odd not in evidence_report.ORDER
+    cells = [_cell("8/0", 0, 10.0), _cell("4/4", 0, 12.0), _cell(odd, 0, 13.0)]
+    for c in cells:
+        name = f"seed-{c['seed']}-{evidence.slug(c['split'])}.json"
+        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    a = evidence_report.analyse(cells)
+    assert (odd, "8/0") in a["comparisons"] and (odd, "4/4") in a["comparisons"]
+    text = evidence_report.write_results(docs).read_text()
+    assert f"| {odd} | 0 |" in text
+    assert f"{odd} - 8/0: one paired seed (+3.00)" in text
+    assert f"{odd} - 4/4: one paired seed (+1.00)" in text
+    plotted = []
+    orig = axes.Axes.plot
+
+    def spy(self, *args, label=None, **kw):
+        plotted.append(label)
+        return orig(self, *args, label=label, **kw)
+
+    monkeypatch.setattr(axes.Axes, "plot", spy)
+    evidence_report.write_results(docs)
+    assert f"{odd} (1 seed(s))" in plotted
+
+
 def _rounds_cell(split, seed, per_node):
     """Two nodes that each earn per_node[i] in round i: the swarm earns twice that."""
     c = _cell(split, seed, 2 * sum(per_node))
