@@ -1,4 +1,4 @@
-"""Evidence v2: does sharing help, with seeds and intervals; and the adaptive I/J.
+"""Evidence: does sharing help, with seeds and intervals; the adaptive I/J and the other policies.
 
     .venv/bin/python experiments/evidence.py --commit    # the whole plan (hours: docs/results.md)
 
