@@ -5,7 +5,8 @@
 Reads docs/evidence/<label>/*.json (written by experiments/evidence.py, one per finished seed x
 split) and writes the generated part of docs/results.md: per split the mean over seeds of the
 swarm's cumulative reward with a 95% t-interval, the paired per-seed differences (4/4 - 8/0, and
-the adaptive and +targeted splits against both), the 4/4 : 8/0 ratio, held-out pass@1 with its
+the adaptive and +targeted splits against both), the 4/4 : 8/0 ratio, the ratio over the first
+12 rounds (one lesson: issue 32's fair target), held-out pass@1 with its
 standard error, the J each adaptive split chose (a plot per split),
 and a reading derived from those numbers alone. Everything after the NOTES marker in
 docs/results.md is written by hand and kept.
@@ -36,6 +37,10 @@ ORDER = (
     "adaptive+targeted",
     "4/4+no-negatives",
 )
+# rounds one lesson holds: issue 32's fair target is the best policy >= 1.1x 8/0's cumulative
+# reward over them, the paired interval above 1x, and held-out pass@1 not below 8/0's
+LESSON = 12
+LESSON_TARGET = 1.1
 COMPARISONS = (
     ("4/4", "8/0"),
     ("adaptive", "8/0"),
@@ -83,6 +88,16 @@ def halves(a: dict, b: dict) -> tuple[int, int, float, float] | None:
     return k, n, sum(diff[:k]) / k, sum(diff[n - k :]) / k
 
 
+def lesson_ratio(a: dict, b: dict, rounds: int = LESSON) -> float | None:
+    """a : b, the swarm's cumulative reward over the first `rounds` rounds (what one lesson
+    holds); None unless both cells ran that many and b earned something."""
+    ra, rb = swarm_per_round(a), swarm_per_round(b)
+    if min(len(ra), len(rb)) < rounds:
+        return None
+    tb = sum(rb[:rounds])
+    return sum(ra[:rounds]) / tb if tb > 0 else None
+
+
 def split_order(splits) -> list[str]:
     """The known splits in ORDER, then any other (4/4+targeted+no-negatives, 3/5) by name."""
     return [s for s in ORDER if s in splits] + sorted(s for s in splits if s not in ORDER)
@@ -121,7 +136,14 @@ def analyse(cells: list[dict]) -> dict:
             ta, tb = per_split[a]["total"], per_split[b]["total"]
             ratios = {s: ta[s] / tb[s] for s in diffs if tb[s] > 0}
             by_a, by_b = splits[a], splits[b]
+            lesson = {s: r for s in diffs if (r := lesson_ratio(by_a[s], by_b[s])) is not None}
             comparisons[(a, b)] = {
+                "lesson": lesson,
+                "lesson_interval": interval(list(lesson.values())) if lesson else None,
+                "heldout_diffs": {
+                    s: by_a[s]["heldout"]["pass_at_1"] - by_b[s]["heldout"]["pass_at_1"]
+                    for s in diffs
+                },
                 "halves": {s: h for s in diffs if (h := halves(by_a[s], by_b[s])) is not None},
                 "diffs": diffs,
                 "interval": iv,
@@ -281,6 +303,19 @@ def reading(a: dict) -> list[str]:
                 + (who if late != early else "neither gained on the other")
                 + " as training went on."
             )
+    for (x, y), c in a["comparisons"].items():
+        r = c.get("lesson_interval")
+        if y != "8/0" or r is None:
+            continue
+        held = c["heldout_diffs"]
+        held_mean = sum(held.values()) / len(held)
+        met = r.low is not None and r.low > 1.0 and r.mean >= LESSON_TARGET and held_mean >= 0
+        out.append(
+            f"{x} : 8/0 over rounds 1-{LESSON} (one lesson), cumulative reward ratio "
+            f"{r.text(3)}; held-out pass@1 {x} - 8/0 {held_mean:+.3f} (mean over "
+            f"{len(held)} seed(s)): the fair target (>= {LESSON_TARGET}x with the interval "
+            f"above 1x, held-out not below 8/0's) is {'met' if met else 'not met'}."
+        )
     c = a["comparisons"].get(("4/4", "8/0"))
     if c and c["ratio_interval"] is not None:
         r = c["ratio_interval"]
@@ -378,6 +413,20 @@ def render(label: str, a: dict) -> str:
                 for s, (k, n, e, v) in c["halves"].items()
             )
             lines.append(f"| {x} - {y} | {per} |")
+    lessons = {k: c for k, c in a["comparisons"].items() if c.get("lesson")}
+    if lessons:
+        lines += [
+            "",
+            f"The first {LESSON} rounds (what one lesson holds): cumulative reward ratio, and "
+            "held-out pass@1 at the end of the run:",
+            "",
+            "| comparison | ratio per seed | ratio mean [95% CI] | held-out difference per seed |",
+            "|---|---|---|---|",
+        ]
+        for (x, y), c in lessons.items():
+            rat = ", ".join(f"{s}: {r:.3f}" for s, r in c["lesson"].items())
+            held = ", ".join(f"{s}: {d:+.3f}" for s, d in c["heldout_diffs"].items())
+            lines.append(f"| {x} : {y} | {rat} | {_iv(c['lesson_interval'], 3)} | {held} |")
     for split, counts in a["adaptive_j"].items():
         total = sum(counts.values())
         shares = ", ".join(f"J={j}: {n / total:.0%}" for j, n in counts.items())

@@ -265,6 +265,55 @@ def test_the_reading_of_halves_names_who_gained():
     assert reading({}) == []
 
 
+@pytest.mark.parametrize(
+    "a, b, expect",
+    [
+        ([0.6] * 12, [0.5] * 12, 1.2),  # every round counts
+        ([0.6] * 11 + [9.0] * 4, [0.5] * 11 + [0.0] * 4, (0.6 * 11 + 9) / (0.5 * 11)),  # 12 only
+        ([0.6] * 11, [0.5] * 12, None),  # a cell short of a lesson has no lesson ratio
+        ([0.6] * 12, [0.0] * 12, None),  # nothing earned: no ratio
+    ],
+)
+def test_a_lesson_s_ratio_by_hand(a, b, expect):
+    got = evidence_report.lesson_ratio(_rounds_cell("4/4", 0, a), _rounds_cell("8/0", 0, b))
+    assert got == (None if expect is None else pytest.approx(expect))
+
+
+def _lesson_docs(tmp_path, ratios, heldout):
+    """8/0 earns 0.5 a node-round; 4/4+targeted ratios[seed] times that over the first 12
+    rounds (then the same), and held-out pass@1 heldout[seed] against 8/0's 0.5."""
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    for seed, r in enumerate(ratios):
+        ref = _rounds_cell("8/0", seed, [0.5] * 16)
+        ref["heldout"]["pass_at_1"] = 0.5
+        pol = _rounds_cell("4/4+targeted", seed, [0.5 * r] * 12 + [0.5] * 4)
+        pol["heldout"]["pass_at_1"] = heldout[seed]
+        for c in (ref, pol):
+            name = f"seed-{seed}-{c['split'].replace('/', '-').replace('+', '-')}.json"
+            (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    return evidence_report.write_results(docs).read_text()
+
+
+def test_the_report_says_whether_a_lesson_meets_the_fair_target(tmp_path):
+    """>= 1.1x 8/0 over the first 12 rounds with the paired interval above 1x, and held-out
+    pass@1 not below 8/0's: met only when all three hold."""
+    text = _lesson_docs(tmp_path / "a", [1.15, 1.2, 1.17], [0.52, 0.5, 0.49])
+    assert "| 4/4+targeted : 8/0 | 0: 1.150, 1: 1.200, 2: 1.170 | 1.173 [" in text
+    assert "0: +0.020, 1: +0.000, 2: -0.010 |" in text
+    assert "4/4+targeted : 8/0 over rounds 1-12 (one lesson)" in text
+    assert "held-out not below 8/0's) is met." in text
+    # the same ratios with held-out below 8/0's on average: not met
+    text = _lesson_docs(tmp_path / "b", [1.15, 1.2, 1.17], [0.45, 0.5, 0.49])
+    assert "held-out not below 8/0's) is not met." in text
+    # an interval reaching below 1x: not met
+    text = _lesson_docs(tmp_path / "c", [0.9, 1.5, 1.0], [0.6, 0.6, 0.6])
+    assert "held-out not below 8/0's) is not met." in text
+    # one seed has no interval: not met, whatever its ratio
+    text = _lesson_docs(tmp_path / "d", [1.5], [0.6])
+    assert "1.500 (one seed: no interval)" in text and "is not met." in text
+
+
 def test_the_report_counts_targeted_picks_and_names_a_ceiling(tmp_path):
     """A +targeted split that never picked a wanted group is said to have run as its uniform
     split; 8/0 sitting at its top reward gives the bound any split could reach."""
