@@ -140,10 +140,10 @@ def analyse(cells: list[dict]) -> dict:
             comparisons[(a, b)] = {
                 "lesson": lesson,
                 "lesson_interval": interval(list(lesson.values())) if lesson else None,
-                "heldout_diffs": {
-                    s: by_a[s]["heldout"]["pass_at_1"] - by_b[s]["heldout"]["pass_at_1"]
-                    for s in diffs
-                },
+                "heldout_diffs": paired(
+                    {s: c["heldout"]["pass_at_1"] for s, c in by_a.items()},
+                    {s: c["heldout"]["pass_at_1"] for s, c in by_b.items()},
+                )[0],
                 "halves": {s: h for s in diffs if (h := halves(by_a[s], by_b[s])) is not None},
                 "diffs": diffs,
                 "interval": iv,
@@ -308,7 +308,7 @@ def reading(a: dict) -> list[str]:
         if y != "8/0" or r is None:
             continue
         held = c["heldout_diffs"]
-        held_mean = sum(held.values()) / len(held)
+        held_mean = interval(list(held.values())).mean
         met = r.low is not None and r.low > 1.0 and r.mean >= LESSON_TARGET and held_mean >= 0
         out.append(
             f"{x} : 8/0 over rounds 1-{LESSON} (one lesson), cumulative reward ratio "
