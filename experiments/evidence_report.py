@@ -133,6 +133,8 @@ def analyse(cells: list[dict]) -> dict:
     for a, b in comparisons_for(order):
         if a in per_split and b in per_split:
             diffs, iv = paired(per_split[a]["total"], per_split[b]["total"])
+            if not diffs:  # no seed ran both yet: nothing to pair, no empty row
+                continue
             ta, tb = per_split[a]["total"], per_split[b]["total"]
             ratios = {s: ta[s] / tb[s] for s in diffs if tb[s] > 0}
             by_a, by_b = splits[a], splits[b]

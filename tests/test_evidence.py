@@ -172,6 +172,18 @@ def test_report_from_hand_made_summaries(tmp_path):
     assert (docs / "evidence/t/adaptive-targeted_j.png").stat().st_size > 1000
 
 
+def test_splits_with_no_seed_in_common_get_no_comparison_row(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    cells = [_cell("8/0", 1, 10.0), _cell("4/4", 0, 12.0), _cell("adaptive", 1, 11.0)]
+    for c in cells:
+        name = f"seed-{c['seed']}-{evidence.slug(c['split'])}.json"
+        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+    text = evidence_report.write_results(docs).read_text()
+    assert "| adaptive - 8/0 | 1: +1.00 |" in text
+    assert "4/4 - 8/0" not in text and "adaptive - 4/4" not in text and "| - |" not in text
+
+
 def test_a_split_the_report_does_not_list_is_still_compared_and_plotted(tmp_path, monkeypatch):
     axes = pytest.importorskip("matplotlib.axes")
     docs = tmp_path / "docs"
