@@ -299,6 +299,7 @@ def reading(a: dict) -> list[str]:
             else:  # seeds that ran different numbers of rounds: their own halves
                 first, last = "the first half", "the second half"
             who = f"{x} gained on {y}" if late > early else f"{y} gained on {x}"
+            who += f" by {abs(late - early):.3f} a round"  # how much, so a sliver reads as one
             out.append(
                 f"{x} - {y} per round (mean over {len(h)} seed(s)): {early:+.3f} in {first}, "
                 f"{late:+.3f} in {last}: "
@@ -318,12 +319,13 @@ def reading(a: dict) -> list[str]:
             f"{len(held)} seed(s)): the fair target (>= {LESSON_TARGET}x with the interval "
             f"above 1x, held-out not below 8/0's) is {'met' if met else 'not met'}."
         )
-    c = a["comparisons"].get(("4/4", "8/0"))
-    if c and c["ratio_interval"] is not None:
+    for (x, y), c in a["comparisons"].items():  # the issue's goal, for every split against 8/0
         r = c["ratio_interval"]
+        if y != "8/0" or r is None:
+            continue
         goal = r.low is not None and r.mean >= 1.5 and r.excludes(1.0)
         out.append(
-            f"4/4 : 8/0 cumulative reward ratio {r.text()}: the goal (>= 1.5x with the interval "
+            f"{x} : 8/0 cumulative reward ratio {r.text()}: the goal (>= 1.5x with the interval "
             f"excluding 1x) is {'met' if goal else 'not met'}."
         )
     for split, (picked, used) in a.get("targeted", {}).items():

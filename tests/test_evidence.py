@@ -159,7 +159,10 @@ def test_report_from_hand_made_summaries(tmp_path):
     # ratios 1.2, 1.272727, 1.083333: mean 1.185354
     assert "0: 1.200, 1: 1.273, 2: 1.083 | 1.185 [" in text
     assert "the interval includes 0, so these seeds do not show a difference" in text
+    assert "4/4 : 8/0 cumulative reward ratio 1.19 [" in text
     assert "the goal (>= 1.5x with the interval excluding 1x) is not met" in text
+    # the goal is checked for every split against 8/0, not 4/4 alone
+    assert "adaptive : 8/0 cumulative reward ratio 0.90 (one seed: no interval): the goal" in text
     assert "adaptive - 8/0: one paired seed (-1.00); no interval yet." in text
     assert "J chosen over all node-rounds: J=0: 50%, J=6: 50%" in text
     assert "below it" in text  # adaptive 9.0 vs 4/4's 13.0
@@ -239,7 +242,7 @@ def test_the_gap_by_half_of_the_run(tmp_path):
     # early (0.1 + 0.2) / 2, late (0.7 - 0.1) / 2
     assert (
         "4/4 - 8/0 per round (mean over 2 seed(s)): +0.150 in rounds 1-2, +0.300 in rounds 4-5: "
-        "4/4 gained on 8/0 as training went on." in text
+        "4/4 gained on 8/0 by 0.150 a round as training went on." in text
     )
 
 
@@ -269,7 +272,7 @@ def test_the_reading_of_halves_names_who_gained():
         return [t for t in evidence_report.reading(a) if "per round" in t]
 
     (deficit,) = reading({0: (2, 4, -0.2, -1.0)})
-    assert "-0.200 in rounds 1-2, -1.000 in rounds 3-4: 8/0 gained on 4/4" in deficit
+    assert "-0.200 in rounds 1-2, -1.000 in rounds 3-4: 8/0 gained on 4/4 by 0.800 a round" in deficit
     (same,) = reading({0: (2, 5, 0.2, 0.2)})
     assert "neither gained on the other" in same
     (mixed,) = reading({0: (6, 12, 0.1, 0.3), 1: (2, 4, 0.1, 0.1)})
