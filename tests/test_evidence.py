@@ -305,7 +305,7 @@ def _lesson_docs(tmp_path, ratios, heldout):
         pol = _rounds_cell("4/4+targeted", seed, [0.5 * r] * 12 + [0.5] * 4)
         pol["heldout"]["pass_at_1"] = heldout[seed]
         for c in (ref, pol):
-            name = f"seed-{seed}-{c['split'].replace('/', '-').replace('+', '-')}.json"
+            name = f"seed-{seed}-{evidence.slug(c['split'])}.json"
             (docs / "evidence" / "t" / name).write_text(json.dumps(c))
     return evidence_report.write_results(docs).read_text()
 
