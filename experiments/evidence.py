@@ -104,6 +104,8 @@ def cell_config(args: argparse.Namespace, seed: int | None, split: str):
         overrides["rounds"] = args.rounds
     if args.checkpoint_every:
         overrides["checkpoint_every"] = args.checkpoint_every
+    if args.hint_rounds:
+        overrides["hint_rounds"] = args.hint_rounds
     mix, suffixes = parse_split(split)
     if split != BASE:
         overrides["external_sampling"] = "targeted" if TARGETED in suffixes else "uniform"
@@ -127,7 +129,7 @@ def heldout_per_node(nodes: int, target: float = SE_TARGET) -> int:
 def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     """Train (unless base), evaluate every node, and return the cell's summary."""
     from sapo_edge.metrics import read_rewards
-    from sapo_edge.runner import run_sim
+    from sapo_edge.runner import node_id_for, run_sim
 
     cfg = cell_config(args, seed, split)
     out = Path(cfg.out_dir)
@@ -166,6 +168,8 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "lenient",
                 "lenient_credit",
                 "format_example",
+                "hinted_nodes",
+                "hint_rounds",
                 "dtype",
                 "seed",
                 "domains",
@@ -191,6 +195,12 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         summary["external_targeted"] = {
             n: [m.get("external_targeted", 0) for m in metrics[n]] for n in names
         }
+        # the answer format as a skill (hinted nodes, experiments/aha.toml): per node and round,
+        # the share of own answers in tags, the strict reward, and the groups trained per producer
+        summary["node_ids"] = {n: node_id_for(n) for n in names}
+        summary["tagged_share"] = {n: [m.get("tagged_share") for m in metrics[n]] for n in names}
+        summary["strict_reward"] = {n: [m.get("strict_reward") for m in metrics[n]] for n in names}
+        summary["external_from"] = {n: [m["external_from"] for m in metrics[n]] for n in names}
         summary["external_zeroed"] = {  # +no-negatives: peer completions trained at advantage 0
             n: [m.get("external_zeroed", 0) for m in metrics[n]] for n in names
         }
@@ -209,8 +219,12 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
 def evaluate_nodes(cfg, out: Path, names: list[str], per_node: int, trained: bool, tag: str = ""):
     """Node k's final adapter (or the base model, trained=False) on held-out seed k's questions,
     each node's scores kept in out/eval-<name><tag>.json as it finishes (a run cut short keeps
-    the evaluations it finished); the summary's "heldout": per node, pass@1, SE, completions."""
+    the evaluations it finished); the summary's "heldout": per node, pass@1, SE, completions.
+    With hinted nodes (the format as the skill) every adapter is asked without the worked
+    example and scored strictly: what a node learned, not what its prompt showed it."""
     from sapo_edge.evaluate import evaluate
+
+    aha = {"example": False, "strict": True} if cfg.hinted_nodes else {}
 
     heldout = {}
     for k, name in enumerate(names):
@@ -222,11 +236,13 @@ def evaluate_nodes(cfg, out: Path, names: list[str], per_node: int, trained: boo
                 samples=1,
                 checkpoint=str(out / name) if trained else "",
                 seed=k,
+                **aha,
             )
             _write_json(target, {"heldout_seed": k, "scores": r.scores, "source": r.source})
         heldout[name] = json.loads(target.read_text())
     scores = [s for h in heldout.values() for s in h["scores"]]
     return {
+        "asked": "without the example, strict" if aha else "as trained, the config's reward",
         "per_node": {n: node_heldout(h["scores"]) for n, h in heldout.items()},
         "pass_at_1": sum(scores) / len(scores),
         "se": standard_error(scores) if len(scores) > 1 else None,
@@ -377,6 +393,13 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="override the config's checkpoint_every (a lane stopped between sessions loses less)",
+    )
+    ap.add_argument(
+        "--hint-rounds",
+        type=int,
+        default=0,
+        help="override the config's hint_rounds: the hinted nodes stop after this many rounds "
+        "(does the skill pass on among the others? give it its own --label)",
     )
     ap.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="seeds (0,1,2)")
     ap.add_argument(

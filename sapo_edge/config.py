@@ -87,7 +87,7 @@ class Config:
         "targeted: first up to targeted_share of J from peer groups that teach this node "
         "something (questions or domains its own completions all failed this round, then "
         "domains where its recent success is below its average; never more than the own "
-        "groups it trains), the rest uniform (sapo_edge/targeting.py).",
+        "groups it trains, unless it trains none), the rest uniform (sapo_edge/targeting.py).",
     )
     targeted_share: float = _f(
         0.5,
@@ -208,6 +208,21 @@ class Config:
         command="sim",
     )
 
+    hinted_nodes: list = _f(
+        [],
+        "sim only: the nodes (0, 1, ...) that see the worked example (format_example) in their "
+        "prompts; the others never do. Empty: format_example decides for every node. With strict "
+        "scoring the answer format is then a skill one node has and the others lack "
+        "(experiments/aha.toml).",
+        command="sim",
+    )
+    hint_rounds: int = _f(
+        0,
+        "sim only: the hinted nodes stop (train and share nothing more) after this many rounds, "
+        "so what they taught must pass on among the others; 0 = they run every round.",
+        command="sim",
+    )
+
     # --- swarm network (run only) --------------------------------------------------------
     room: str = _f(
         "default",
@@ -258,6 +273,10 @@ class Config:
         if isinstance(self.peer, list):
             self.peer = [normalise_peer(p) for p in self.peer]
         self.relay = normalise_relay(self.relay)
+        if isinstance(self.hinted_nodes, list):  # a flag gives "0,2" as text
+            self.hinted_nodes = [
+                int(k) if isinstance(k, str) and k.isdigit() else k for k in self.hinted_nodes
+            ]
         self.validate()
 
     # --------------------------------------------------------------------------------------

@@ -151,6 +151,16 @@ def validate(cfg: Any) -> None:
         isinstance(cfg.node_backends, list) and all(b in BACKENDS for b in cfg.node_backends),
         f"node_backends {cfg.node_backends}: use a comma list of {', '.join(BACKENDS)}.",
     )
+    hinted = cfg.hinted_nodes
+    need(
+        isinstance(hinted, list)
+        and all(isinstance(k, int) and not isinstance(k, bool) for k in hinted)
+        and all(0 <= k < cfg.nodes for k in hinted)
+        and len(set(hinted)) == len(hinted),
+        f"hinted_nodes {hinted}: list different node numbers from 0 to {cfg.nodes - 1}, "
+        "e.g. --hinted-nodes 0.",
+    )
+    need(cfg.hint_rounds >= 0, "hint_rounds must be 0 (the hinted nodes run every round) or more.")
     need(
         cfg.name.replace("-", "").replace("_", "").isalnum() and len(cfg.name) <= 40,
         f"name {cfg.name!r}: use letters, digits, '-' and '_' (at most 40).",

@@ -15,6 +15,7 @@ from .backends import load_backend, select_backend
 from .checkpoints import STATE, find_latest
 from .config import Config
 from .models import resolve_model
+from .node_settings import reward_config
 from .prompts import build_messages
 from .rewards import RewardConfig, score_completion
 from .task_sampler import TaskSampler
@@ -74,7 +75,12 @@ def evaluate(
     checkpoint: str = "",
     seed: int = 0,
     log: Callable[[str], None] = print,
+    example: bool | None = None,
+    strict: bool = False,
 ) -> EvalResult:
+    """pass@1 on held-out questions. A checkpoint is asked with the prompts it trained with,
+    unless `example` says whether they show the worked example; `strict` scores every adapter
+    alike, a right answer counting only inside <answer> tags (the config's reward otherwise)."""
     if questions < 1 or samples < 1:
         raise ValueError("--questions and --samples must be 1 or more.")
     tasks = heldout_tasks(cfg, questions, seed)  # a bad domain fails before the model loads
@@ -98,13 +104,11 @@ def evaluate(
                 path = found.path
             backend.load(path)
             source = f"checkpoint {path}"
-            cfg = _as_trained(cfg, path, log)
-        rewards = RewardConfig(
-            lenient=cfg.lenient,
-            lenient_credit=cfg.lenient_credit,
-            format_reward=cfg.format_reward,
-            partial_credit=cfg.partial_credit,
-        )
+            if example is None:
+                cfg = _as_trained(cfg, path, log)
+        if example is not None:
+            cfg = dataclasses.replace(cfg, format_example=example)
+        rewards = RewardConfig() if strict else reward_config(cfg)
         gens = backend.generate(
             [build_messages(t.question, example=cfg.format_example) for t in tasks],
             samples,

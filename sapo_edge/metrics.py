@@ -14,6 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .prompts import extract_tagged
+from .rewards import RewardConfig, score_completion
+
+STRICT = RewardConfig()  # binary, tagged answers only: the paper's reward
+
 
 @dataclass
 class RoundReport:
@@ -48,6 +53,11 @@ class RoundReport:
     # process (a dashboard, a web page) it counts that too
     round_cpu_seconds: float = 0.0
     gen_steps: int = 0  # decode steps of the round's generation (its longest completion)
+    # the answer format as a skill (experiments/aha.toml): the share of own completions with an
+    # answer in <answer> tags, and their strict reward (a right answer counts only in tags),
+    # whatever this node's own reward settings are
+    tagged_share: float = 0.0
+    strict_reward: float = 0.0
 
 
 # The fields that differ between two runs of the same rounds (timings and memory): a resumed run
@@ -72,6 +82,7 @@ def round_report(
     for task, g in zip(tasks, own, strict=True):
         by_domain.setdefault(task.domain, []).extend(g.rewards)
     informative = sum(1 for g in own if any(a != 0.0 for a in g.advantages))
+    texts = [(task, g.text) for task, group in zip(tasks, gens, strict=True) for g in group]
     return RoundReport(
         node=node.name,
         round=node.round,
@@ -93,6 +104,8 @@ def round_report(
         peak_rss_mb=node.backend.memory_report()["peak_rss_mb"],
         round_seconds=time.perf_counter() - started[0],
         round_cpu_seconds=time.process_time() - started[1],
+        tagged_share=statistics.fmean(extract_tagged(t) is not None for _, t in texts),
+        strict_reward=statistics.fmean(score_completion(task, t, STRICT) for task, t in texts),
     )
 
 

@@ -6,6 +6,7 @@ rollouts through an in-process hub, encoded exactly as the network will carry th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -53,12 +54,15 @@ def build_nodes(
     nodes = []
     for i, name in enumerate(names):
         kind, device = chosen[choices[i % len(choices)]]
-        backend = load_backend(model.path, cfg, adapter=name, device=device, log=log, kind=kind)
+        node_cfg = node_config(cfg, i)
+        backend = load_backend(
+            model.path, node_cfg, adapter=name, device=device, log=log, kind=kind
+        )
         if len(chosen) > 1:
             log(f"{name}: backend {kind} on {device}")
         node_id = node_ids(name)
         node = Node(
-            cfg,
+            node_cfg,
             backend,
             transports(node_id),
             node_id=node_id,
@@ -81,6 +85,19 @@ def build_nodes(
         f"LoRA parameters per node, {backend.dtype}; {mix}"
     )
     return nodes
+
+
+def node_config(cfg: Config, index: int) -> Config:
+    """Node `index`'s settings: the run's, except that with hinted_nodes only those nodes' prompts
+    show the worked example (format_example), and the others' never do."""
+    if not cfg.hinted_nodes:
+        return cfg
+    return dataclasses.replace(cfg, format_example=index in cfg.hinted_nodes)
+
+
+def hint_over(cfg: Config, index: int, round_: int) -> bool:
+    """True once a hinted node has run its hint_rounds (it then trains and shares no more)."""
+    return 0 < cfg.hint_rounds <= round_ and index in cfg.hinted_nodes
 
 
 def run_single(
@@ -253,10 +270,14 @@ def run_sim(
     nodes = build_nodes(cfg, names, hub.connect, callback, log)
     start = min(n.round for n in nodes)
     log(f"sim: {len(nodes)} nodes, rounds {start}..{cfg.rounds - 1}, output in {cfg.out_dir}/")
+    if cfg.hinted_nodes:
+        shown = ", ".join(names[i] for i in cfg.hinted_nodes)
+        until = f" for their first {cfg.hint_rounds} rounds" if cfg.hint_rounds else ""
+        log(f"sim: only {shown} see the worked example{until}; the others never do")
     try:
         for r in range(start, cfg.rounds):
-            for node in nodes:
-                if node.round == r:
+            for i, node in enumerate(nodes):
+                if node.round == r and not hint_over(cfg, i, r):
                     node.run_round()
         for node in nodes:
             node.save()

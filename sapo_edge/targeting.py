@@ -15,7 +15,8 @@ means it holds a right answer and a wrong one.
 
 Limits, so the node keeps learning from its own questions and the peers' whole distribution:
 at most targeted_limit() of the round's J are picked for being wanted (a share of J, rounded
-down, and never more than the own groups the step trains); the rest of J is the paper's uniform
+down, and never more than the own groups the step trains, unless it trains none: then the
+share alone); the rest of J is the paper's uniform
 draw, fresh groups first; at most PREFER_TRIES (4) wanted groups per wanted slot are re-scored
 (a flood of useless groups in a weak domain costs bounded work; sampling.py). Nothing wanted: the draw is exactly the
 uniform one (same groups, same random stream).
@@ -77,5 +78,9 @@ def wanted(own: list[ScoredGroup], success: Success):
 
 
 def targeted_limit(share: float, count: int, own_trained: int) -> int:
-    """How many of a round's `count` external groups may be picked for being wanted."""
-    return max(0, min(math.floor(share * count), own_trained, count))
+    """How many of a round's `count` external groups may be picked for being wanted: a share of
+    them, and no more than the own groups the step trains, unless it trains none (the Aha case:
+    every own group scored alike, so no own group is crowded out and the wanted ones are all
+    the node can learn from)."""
+    cap = own_trained if own_trained > 0 else count
+    return max(0, min(math.floor(share * count), cap, count))

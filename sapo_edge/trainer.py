@@ -286,7 +286,7 @@ class Node:
     ) -> list[ScoredGroup]:
         """SampleExternal: the paper's uniform draw from the pool, or (external_sampling
         targeted) first the peer groups that teach this node something, up to targeted_limit
-        (a share of J, and never more than the own groups the step trains)."""
+        (a share of J, and never more than the own groups the step trains unless it trains none)."""
         self.pool.last_targeted = 0
         if not count:
             return []

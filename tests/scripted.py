@@ -50,6 +50,7 @@ class ScriptedBackend:
         self.calls: list[dict] = []
         self.weights = ""
         self.configured: list[Config] = []
+        self.untagged = False
 
     def generate(self, prompts, n, *, max_new_tokens, temperature, top_p, seed, progress=None):
         self.calls.append(
@@ -72,6 +73,8 @@ class ScriptedBackend:
             for i in range(n):
                 wrong = (0 if temperature <= GREEDY else i) >= self.right
                 text = "so " * (self.ramble * wrong) + f"<answer>{a + b + wrong}</answer>"
+                if self.untagged:  # the answer as a bare number (lenient scoring's case)
+                    text = text.replace("<answer>", " ").replace("</answer>", "")
                 group.append(cut(encode(text), True, max_new_tokens))
             out.append(group)
         return out

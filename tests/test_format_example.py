@@ -82,3 +82,26 @@ def test_an_adapter_is_evaluated_with_the_prompt_it_trained_with(
         build_messages(t.question, example=used) for t in ev.heldout_tasks(cfg, 2)
     ]
     assert any(f"trained with format_example = {str(used).lower()}" in m for m in said)
+
+
+def test_an_adapter_can_be_asked_without_the_example_and_scored_strictly(tmp_path, scripted_eval):
+    """Hinted nodes (issue 45): every adapter is asked alike, without the example, whatever it
+    trained with, and a right answer counts only in tags (the run's lenient credit ignored)."""
+    backend = scripted_eval
+    ckpt = tmp_path / "round-000003"
+    ckpt.mkdir()
+    (ckpt / "COMPLETE").write_text("")
+    backend.save(ckpt)
+    saved = {"model": "m", "format_example": True}
+    (ckpt / "state.json").write_text(json.dumps({"round": 3, "config": saved}))
+    cfg = make_cfg(tmp_path, format_example=True, lenient=True)
+    backend.untagged = True
+    strict = ev.evaluate(
+        cfg, questions=2, samples=1, checkpoint=str(ckpt), log=print, example=False, strict=True
+    )
+    assert backend.calls[-1]["prompts"] == [
+        build_messages(t.question, example=False) for t in ev.heldout_tasks(cfg, 2)
+    ]
+    assert strict.pass_at_1 == 0.0  # right, but untagged
+    lenient = ev.evaluate(cfg, questions=2, samples=1, checkpoint=str(ckpt), log=print)
+    assert lenient.pass_at_1 == 0.5  # the run's reward: half for a right untagged answer

@@ -66,7 +66,10 @@ def test_the_limit_is_a_share_of_j_and_never_more_than_the_own_groups_trained():
     assert targeted_limit(0.5, 4, 4) == 2
     assert targeted_limit(0.5, 3, 4) == 1  # rounded down
     assert targeted_limit(1.0, 6, 2) == 2  # never more peer groups for teaching than own ones
-    assert targeted_limit(1.0, 4, 0) == 0  # no own group trained: the paper's uniform draw
+    # no own group trained (every own completion failed alike: the Aha case): the share alone,
+    # since no own group is crowded out and the wanted peer groups are all it can learn from
+    assert targeted_limit(1.0, 4, 0) == 4
+    assert targeted_limit(0.5, 4, 0) == 2
     assert targeted_limit(0.5, 0, 4) == 0
 
 
@@ -189,8 +192,10 @@ def test_a_targeted_node_trains_exactly_the_groups_it_chose(tmp_path):
     assert node.success.by_domain == {"basic_arithmetic": 0.25, "chain_sum": 0.0}
 
 
-def test_a_node_whose_own_groups_teach_nothing_draws_uniformly(tmp_path):
+def test_a_node_whose_own_groups_teach_nothing_still_takes_its_wanted_share(tmp_path):
+    """The Aha case (issue 45): no own group trains, so 'never more than the own groups the
+    step trains' would shut targeting out exactly where a peer's right answer teaches most."""
     node = _targeted_node(tmp_path, right=0)  # every own completion wrong: no own group trained
     report = node.run_round()
-    assert report.external_targeted == 0 and report.local_used == 0
-    assert report.external_used == 2  # the paper's uniform draw, as with external_sampling uniform
+    assert report.external_targeted == 1 and report.local_used == 0  # floor(0.5 * 2)
+    assert report.external_used == 2  # the other one from the uniform draw
