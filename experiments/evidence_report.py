@@ -22,6 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import aha_report  # noqa: E402
 from stats import Interval, interval, paired  # noqa: E402
 
 NOTES = (
@@ -552,6 +553,11 @@ def write_results(docs: Path) -> Path:
     for label, cells in sorted(found.items()):
         a = analyse(cells)
         parts.append(render(label, a))
+        if aha_report.is_aha(cells):  # hinted nodes: did the format spread?
+            parts.append("\n".join(aha_report.render(aha_report.analyse(cells))) + "\n")
+            p = aha_report.plot(label, cells, docs / "evidence" / label)
+            if p is not None:
+                parts.append(f"![{p.stem}](evidence/{label}/{p.name})\n")
         if a["splits"]:
             for p in plots(label, cells, docs / "evidence" / label):
                 parts.append(f"![{p.stem}](evidence/{label}/{p.name})\n")
