@@ -155,25 +155,32 @@ def check_headless_run(model: Path, work: Path) -> dict:
     }
 
 
-def time_qwen_shape(tokenizer: Path, work: Path) -> dict:
+def time_qwen_shape(tokenizer: Path, work: Path, compile_try: bool = False) -> dict:
+    from gpu_decode import bandwidth, compare, compiled_step_ms
     from qwen_shape import build
 
     model = build(work / "qwen-shape", tokenizer)
     prompts = [build_messages(q) for q in QUESTIONS]
-    out = {}
+    bw = bandwidth()
+    out: dict = {"bandwidth_gb_s": round(bw / 1e9)}
     for dtype in ("bfloat16", "float32"):
         cfg = Config(dtype=dtype, group_size=8, max_new_tokens=200)
-        b = TorchBackend(model, cfg, adapter=dtype, device="cuda:0", log=quiet)
+        b = TorchBackend(model, cfg, adapter=dtype, device="cuda:0", log=print)
         b.reset(0)
         gen = dict(max_new_tokens=200, temperature=1.0, top_p=1.0)
-        # warm-up at the measured shapes: the first calls pick and load kernels (a first bf16
-        # generation on an H100 took 2.3x the next one)
-        b.generate(prompts, 8, **{**gen, "max_new_tokens": 16}, seed=0)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        # generation three ways (graph, static eager, growing) against the floor; each way
+        # warmed up first at the measured shapes (a first bf16 generation on an H100 took 2.3x
+        # the next one)
+        decode = compare(b, prompts, 8, 200, bw)
+        print(f"  {dtype} generation: {json.dumps(decode)}", flush=True)
+        if compile_try and dtype == "bfloat16":
+            try:
+                decode["compiled_step"] = compiled_step_ms(b, prompts)
+            except Exception as e:  # noqa: BLE001 - an experiment: say what failed, go on
+                decode["compiled_step"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            print(f"  {dtype} compiled step: {json.dumps(decode['compiled_step'])}", flush=True)
         groups = b.generate(prompts, 8, **gen, seed=1)
-        torch.cuda.synchronize()
-        gen_s = time.perf_counter() - t0
+        gen_s = decode["graph"]["s"]
         samples = _samples(prompts, groups)
         b.train_step(samples)  # warm-up: the optimizer state
         torch.cuda.synchronize()
@@ -181,6 +188,7 @@ def time_qwen_shape(tokenizer: Path, work: Path) -> dict:
         st = b.train_step(samples)
         torch.cuda.synchronize()
         out[dtype] = {
+            "decode": decode,
             "rows": len(samples),
             "gen_tokens": sum(c.tokens for g in groups for c in g),
             "gen_s": round(gen_s, 2),
@@ -198,6 +206,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("cuda_check.json"))
     ap.add_argument("--timing", action="store_true", help="also time Qwen2.5-0.5B's shapes")
     ap.add_argument("--tokenizer", type=Path, help="SmolLM2's tokenizer files (for --timing)")
+    ap.add_argument(
+        "--compile-try",
+        action="store_true",
+        help="with --timing: also time the decode step compiled by torch.compile (an experiment)",
+    )
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU is visible to torch: run this where one is")
@@ -213,7 +226,7 @@ def main() -> int:
             ("headless_run", lambda: check_headless_run(model, work)),
         ]
         if a.timing:
-            checks.append(("qwen_shape", lambda: time_qwen_shape(a.tokenizer, work)))
+            checks.append(("qwen_shape", lambda: time_qwen_shape(a.tokenizer, work, a.compile_try)))
         for name, fn in checks:
             t0 = time.time()
             try:

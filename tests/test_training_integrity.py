@@ -100,11 +100,15 @@ def ref(tiny_qwen) -> Ref:
     return Ref(tiny_qwen)
 
 
-@pytest.fixture(scope="module", params=KINDS)
+@pytest.fixture(scope="module", params=[*KINDS, "torch-static"])
 def backend(request, tiny_qwen):
+    """Each backend; "torch-static": torch decoding on the static cache a GPU uses (run eagerly
+    here: CUDA graphs replay the same step)."""
+    kind = request.param.removesuffix("-static")
     b = load_backend(
-        tiny_qwen, _cfg(tiny_qwen), f"integrity_{request.param}", "cpu", kind=request.param, **QUIET
+        tiny_qwen, _cfg(tiny_qwen), f"integrity_{request.param}", "cpu", kind=kind, **QUIET
     )
+    b.static_decode = request.param.endswith("-static")
     yield b
     b.close()
 
@@ -130,10 +134,10 @@ def scripted_sampling(b, sampler: ScriptedSampler):
     if b.name == "torch":
         import torch
 
-        from sapo_edge.backends import torch_backend
+        from sapo_edge.backends import torch_decode
 
         fake = lambda logits, top_p, gen: torch.tensor(sampler(logits.shape[0]))  # noqa: E731
-        with mock.patch.object(torch_backend, "sample", fake):
+        with mock.patch.object(torch_decode, "sample", fake):
             yield
     else:
         import mlx.core as mx

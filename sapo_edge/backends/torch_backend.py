@@ -32,13 +32,14 @@ from .base import Completion, check_load_time_settings, peak_rss_mb
 from .cpu_dtype import choose_cpu_dtype
 from .cpu_threads import cpu_threads, set_threads
 from .lora_init import lora_a_init
+from .static_decode import StaticDecoder
 from .tokens import (
     encode_completion,
     end_tokens,
     prompt_ids,
     sampled_completion,
 )
-from .torch_decode import growing_cache, kv_cache, merged_lora, sample
+from .torch_decode import GrowingDecoder, decode_loop, merged_lora
 from .torch_loss import TorchLoss
 
 ADAPTER_FILE = "adapter.safetensors"
@@ -146,6 +147,8 @@ class TorchBackend(TorchLoss):
         # float32 lean too: a merged copy of the projections (425 MB for a 135M model, ~1.4 GB
         # for Qwen2.5-0.5B) would buy ~10% tokens/s; False merges (bench/rss_phases.py --merged)
         self.lean_lora = True
+        # a GPU decodes on a static cache, each step replayed as a CUDA graph (static_decode.py)
+        self.static_decode = device.startswith("cuda")
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
@@ -244,50 +247,24 @@ class TorchBackend(TorchLoss):
     def _decode(self, prompts, n, max_new_tokens, temperature, top_p, seed, progress):
         ids, mask = self._left_pad([self._prompt_ids(m) for m in prompts])
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        width = ids.shape[1]
-        cache = growing_cache(self.model.config, width + max_new_tokens)
-        if width > 1:  # all but the last prompt token, once per prompt
-            self._prefill(ids[:, :-1], mask[:, :-1], pos[:, :-1], cache)
-            cache.batch_repeat_interleave(n)
-        cur, mask, pos = (t.repeat_interleave(n, 0) for t in (ids[:, -1:], mask, pos[:, -1:]))
-        # the attention mask of the whole call, its columns used as the cache fills
-        mask = torch.cat([mask, mask.new_ones(len(mask), max_new_tokens)], 1)
-        rows = torch.arange(len(cur), device=self.device)  # which completion each batch row is
-        out: list[list[int]] = [[] for _ in range(len(cur))]
-        eos = torch.tensor(self.eos_ids, device=self.device)
-        gen = torch.Generator(device=self.device).manual_seed(seed)
-        cache_kw = kv_cache(self.lm, cache)
-        for step in range(1, max_new_tokens + 1):
-            logits = self.model(
-                input_ids=cur,
-                attention_mask=mask[:, : width + step - 1],
-                position_ids=pos,
-                **cache_kw,
-            ).logits[:, -1]
-            logits = logits.float()
-            nxt = sample(logits / temperature if temperature != 1.0 else logits, top_p, gen)
-            done = torch.isin(nxt, eos)
-            for r, t in zip(rows.tolist(), nxt.tolist(), strict=True):
-                out[r].append(t)
-            if progress is not None:  # may raise to abandon the call (a stop request)
-                progress(step, sum(map(len, out)))
-            self._pace()
-            if done.all():
-                break
-            if done.any():  # finished completions leave the batch and the cache
-                keep = (~done).nonzero().squeeze(1)
-                cache.batch_select_indices(keep)
-                rows, nxt, mask, pos = rows[keep], nxt[keep], mask[keep], pos[keep]
-            cur, pos = nxt[:, None], pos + 1
+        if self.static_decode:  # a GPU: a static cache, each step replayed as one CUDA graph
+            dec = StaticDecoder(self.model, self.lm, ids, mask, pos, n, max_new_tokens)
+            dec.capture_or_say(self.log)
+        else:  # the CPU: a cache growing in place, finished rows leaving the batch
+            dec = GrowingDecoder(self.model, self.lm, ids, mask, pos, n, max_new_tokens)
+        out = decode_loop(
+            dec,
+            max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            gen=torch.Generator(device=self.device).manual_seed(seed),
+            eos=torch.tensor(self.eos_ids, device=self.device),
+            progress=progress,
+            pace=self._pace,
+        )
         # the ids exactly as sampled, the end token kept apart; the text is decoded from them
         done = [sampled_completion(self.tok, toks, self.eos_ids) for toks in out]
         return [done[i : i + n] for i in range(0, len(done), n)]
-
-    def _prefill(self, ids, mask, pos, cache) -> None:
-        """Fill the KV cache with the prompts: the decoder alone, no LM head (no logits are
-        needed, and in bfloat16 torch copies the whole head weight for a strided 3-D input)."""
-        decoder = self.lm.get_decoder()
-        decoder(input_ids=ids, attention_mask=mask, position_ids=pos, **kv_cache(decoder, cache))
 
     # ---------------------------------------------------------------------- persistence
     def save(self, directory: Path) -> None:

@@ -17,6 +17,7 @@ Each one does the same arithmetic as the slow path it replaces, to float roundin
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from contextlib import contextmanager
 from functools import cache
 
@@ -238,3 +239,83 @@ def merged_lora(model: nn.Module, adapter: str, enabled: bool = True, lean: bool
     finally:
         for parent, attr, layer in swapped:
             setattr(parent, attr, layer)
+
+
+class GrowingDecoder:
+    """One generate() call's decode on a growing cache (the CPU's): the prompts prefilled once
+    each, their cache repeated for the n completions, finished rows leaving the batch."""
+
+    def __init__(self, model, lm, ids, mask, pos, n: int, max_new_tokens: int):
+        self.model, self.width = model, ids.shape[1]
+        self.cache = growing_cache(model.config, self.width + max_new_tokens)
+        if self.width > 1:  # all but the last prompt token, once per prompt
+            # the decoder alone, no LM head (no logits are needed, and in bfloat16 torch copies
+            # the whole head weight for a strided 3-D input)
+            decoder = lm.get_decoder()
+            decoder(
+                input_ids=ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                position_ids=pos[:, :-1],
+                **kv_cache(decoder, self.cache),
+            )
+            self.cache.batch_repeat_interleave(n)
+        self.cur, mask, self.pos = (
+            t.repeat_interleave(n, 0) for t in (ids[:, -1:], mask, pos[:, -1:])
+        )
+        # the attention mask of the whole call, its columns used as the cache fills
+        self.mask = torch.cat([mask, mask.new_ones(len(mask), max_new_tokens)], 1)
+        self.cache_kw = kv_cache(lm, self.cache)
+        self.filled = self.width  # columns of the mask in use, this step's token included
+
+    def run(self) -> torch.Tensor:
+        """float32 logits of the next token, one row per running completion."""
+        logits = self.model(
+            input_ids=self.cur,
+            attention_mask=self.mask[:, : self.filled],
+            position_ids=self.pos,
+            **self.cache_kw,
+        ).logits[:, -1]
+        return logits.float()
+
+    def drop(self, keep: torch.Tensor) -> None:
+        """Only the rows `keep` (indices into the running ones) go on."""
+        self.cache.batch_select_indices(keep)
+        self.cur, self.mask, self.pos = self.cur[keep], self.mask[keep], self.pos[keep]
+
+    def advance(self, tok: torch.Tensor) -> None:
+        self.cur, self.pos, self.filled = tok[:, None], self.pos + 1, self.filled + 1
+
+
+def decode_loop(
+    dec,
+    max_new_tokens: int,
+    *,
+    temperature: float,
+    top_p: float,
+    gen: torch.Generator,
+    eos: torch.Tensor,
+    progress: Callable[[int, int], None] | None,
+    pace: Callable[[], None] = lambda: None,
+) -> list[list[int]]:
+    """The sampled ids of every row of `dec` (a GrowingDecoder or static_decode.StaticDecoder),
+    each up to and including its end token: one token per running row per step, drawn from its
+    logits in row order (the random stream is the same whichever decoder runs)."""
+    rows = torch.arange(len(dec.cur), device=dec.cur.device)  # which completion each row is
+    out: list[list[int]] = [[] for _ in range(len(rows))]
+    for step in range(1, max_new_tokens + 1):
+        logits = dec.run()
+        nxt = sample(logits / temperature if temperature != 1.0 else logits, top_p, gen)
+        done = torch.isin(nxt, eos)
+        for r, t in zip(rows.tolist(), nxt.tolist(), strict=True):
+            out[r].append(t)
+        if progress is not None:  # may raise to abandon the call (a stop request)
+            progress(step, sum(map(len, out)))
+        pace()
+        if done.all():
+            break
+        if done.any():  # finished completions leave the batch
+            keep = (~done).nonzero().squeeze(1)
+            dec.drop(keep)
+            rows, nxt = rows[keep], nxt[keep]
+        dec.advance(nxt)
+    return out
