@@ -149,7 +149,25 @@ def test_blocks_of_one_j_the_seeded_order_first_then_the_posterior():
     # rose by 0.01, so every arm is credited 0.01 per round
     assert mix.choose([0.1 + 0.01 * 4 * BLOCK] * 8, 8, 8) in ARMS
     assert all(mix.mean(a) == pytest.approx(0.01) for a in ARMS)
-    assert mix.spread(2) == pytest.approx(2 * 0.07 / BLOCK)
+    # the rounds' groups were all alike: the node's own noise estimate pulls the prior down
+    fade = 0.9 ** (4 * BLOCK + 1)  # the prior's 4 pseudo-rounds, after 17 rounds
+    seen = sum(0.9**k for k in range(4 * BLOCK + 1))
+    noise = (4 * fade * 0.07**2 / (4 * fade + seen)) ** 0.5
+    assert mix.noise() == pytest.approx(noise) and mix.spread(2) == pytest.approx(2 * noise / BLOCK)
+
+
+def test_the_noise_is_estimated_from_the_node_s_own_rounds():
+    """A round's mean reward over its groups has standard error sd(groups) / sqrt(groups): the
+    estimate starts at the NOISE prior and moves to what the node's rounds show, either way."""
+    for sd, groups in ((0.4, 8), (0.05, 4)):
+        mix, rng = AdaptiveMix(seed=1), random.Random(5)
+        assert mix.noise() == pytest.approx(0.07)
+        for _ in range(200):
+            mix.trained(mix.choose([0.5 + rng.gauss(0, sd) for _ in range(groups)], 8, 8))
+        assert mix.noise() == pytest.approx(sd / groups**0.5, rel=0.15)
+    one = AdaptiveMix(seed=1)
+    one.choose([0.3], 8, 8)  # one group: no spread to measure, the prior stands
+    assert one.noise() == pytest.approx(0.07)
 
 
 def test_only_feasible_arms_are_chosen_and_none_is_a_clear_error():
