@@ -1,6 +1,6 @@
-"""`sapo-edge doctor`: one line per thing a run needs (backend, memory, model cache, identity,
-LAN addresses, mDNS multicast, the relay, the listen port, the firewall), green or red with the
-fix. Exit status 1 when a line is red.
+"""`sapo-edge doctor`: one line per thing a run needs (backend, memory, model cache, pace, dtype,
+identity, LAN addresses, mDNS multicast, the relay, the listen port, the firewall), green or red
+with the fix. Exit status 1 when a line is red.
 """
 
 from __future__ import annotations
@@ -100,12 +100,15 @@ def check_models() -> Check:
     return Check("models", "ok", f"{where}; offline model smollm2-135m ready")
 
 
-def check_pace(cfg: Config) -> Check:
-    """What bare `sapo-edge` would choose here, by memory and time, and the threads policy."""
+def check_pace(cfg: Config, made: list | None = None) -> Check:
+    """What bare `sapo-edge` would choose here, by memory and time, and the threads policy (the
+    choice is appended to `made`, for the dtype line)."""
     from .backends.pace_here import choose_here
     from .threads import pinned_threads, usable_cores
 
     choice = choose_here(cfg.backend, cfg.dtype, cfg.round_target)
+    if made is not None:
+        made.append(choice)
     pinned = pinned_threads(cfg.threads)
     threads = (
         f"{pinned} CPU threads (pinned)"
@@ -114,6 +117,15 @@ def check_pace(cfg: Config) -> Check:
     )
     status = "warn" if "over the" in choice.why else "ok"
     return Check("pace", status, f"bare sapo-edge runs {choice.why}; {threads}")
+
+
+def check_dtype(cfg: Config, made: list) -> Check:
+    """The dtype bare `sapo-edge`'s choice would train in here, and why: on a CPU with --dtype
+    auto, the two round estimates or measurements it compared and where they came from."""
+    from .backends.pace_here import choose_here, dtype_here
+
+    choice = made[0] if made else choose_here(cfg.backend, cfg.dtype, cfg.round_target)
+    return Check("dtype", "ok", dtype_here(choice, cfg.backend, cfg.dtype))
 
 
 def check_identity() -> Check:
@@ -305,7 +317,9 @@ def run_checks(cfg: Config, multicast_interface: str | None = None) -> list[Chec
     checks = [version]
     backend, device = check_backend(cfg)
     checks += [backend, _guard("memory", lambda: check_memory(device))]
-    checks += [_guard("models", check_models), _guard("pace", lambda: check_pace(cfg))]
+    made: list = []  # the pace check's choice, which the dtype line is about
+    checks += [_guard("models", check_models), _guard("pace", lambda: check_pace(cfg, made))]
+    checks += [_guard("dtype", lambda: check_dtype(cfg, made))]
     checks += [_guard("identity", check_identity)]
     lan, addrs = check_lan()
     checks += [lan, _guard("mdns", lambda: check_mdns(multicast_interface, addrs))]

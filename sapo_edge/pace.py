@@ -114,6 +114,10 @@ def train_seconds(shape: Shape, tokens: float, rates: Rates) -> float:
     return 2.0 * tokens * 2.0 * shape.params / rates.gemm * OVERHEAD
 
 
+# the rates and dtype a run of (model, its settings) would use on this machine
+Speed = Callable[[str, Config], tuple[Rates, str]]
+
+
 @dataclass(frozen=True)
 class Choice:
     candidate: Candidate
@@ -130,10 +134,14 @@ def choose(
     target: float = ROUND_TARGET,
     available: Callable[[str], bool] = lambda _m: True,
     candidates: list[Candidate] = CANDIDATES,
+    dtype: str = "float32",
+    speed: Speed | None = None,
 ) -> Choice:
     """The first candidate whose model can be had, whose training fits 80% of the memory and
-    whose round is estimated within `target` seconds; the fastest that fits when none is.
-    Without rates (a GPU, or Apple's): the first that fits memory, as its paper round is quick."""
+    whose round is estimated within `target` seconds; the fastest that fits when none is. Each
+    round in the dtype a run of it would use: `speed(model, cfg)`'s (--dtype auto chooses per
+    model), else `rates` in `dtype`. Without either (a GPU, or Apple's): the first that fits
+    memory, as its paper round is quick."""
     skipped: list[str] = []
     fitting: list[tuple[Candidate, Estimate | None]] = []
     for cand in candidates:
@@ -152,9 +160,9 @@ def choose(
             skipped.append(f"{cand.label} needs ~{need / GB:.1f} GB")
             continue
         est = None
-        if rates is not None:
-            corr = cache.correction(model) if cache else None
-            est = estimate(shape, cfg, rates, corr)
+        if speed is not None or rates is not None:
+            r, d = speed(model, cfg) if speed else (rates, dtype)
+            est = estimate(shape, cfg, r, cache.correction(model, d) if cache else None)
         fitting.append((cand, est))
         if est is None or est.round_s <= target:
             return Choice(cand, est, _why(cand, est, target, skipped, mem))
@@ -169,19 +177,26 @@ SLOW_FACTOR = 2.0  # a laptop whose class round is estimated past this x the tar
 
 
 def keep_pace(
-    cfg: Config, rates: Rates, cache: PaceCache | None, *, small: str = SMALL_MODEL
+    cfg: Config,
+    rates: Rates,
+    cache: PaceCache | None,
+    *,
+    small: str = SMALL_MODEL,
+    dtype: str = "float32",
 ) -> tuple[Config, str | None]:
     """A student's laptop against the class's pace (cfg.round_target): when its round of the
     class's settings is estimated past SLOW_FACTOR x the target, the first of fewer questions
     (half, same model) and the small model on the class's task that comes back within that band;
     the lighter of the two when neither does. Returns the settings and a sentence for the
     student (None when the class's settings keep pace). The task, G, I/J ratio and reward stay
-    the class's, so what this laptop shares is the class's kind of text."""
+    the class's, so what this laptop shares is the class's kind of text. `rates` are in
+    `dtype`, the one this laptop trains the class's model in (the small model is estimated in
+    it too)."""
     name = model_name(cfg.model)  # a class's model carries the hub-only mark
     shape = KNOWN.get(MODEL_IDS.get(name, name))
     if shape is None:
         return cfg, None
-    corr = cache.correction(name) if cache else None
+    corr = cache.correction(name, dtype) if cache else None
     mine = estimate(shape, cfg, rates, corr)
     if mine.round_s <= SLOW_FACTOR * cfg.round_target:
         return cfg, None
@@ -195,7 +210,7 @@ def keep_pace(
         )
     if name != small and small in KNOWN:
         smaller = Config(**{**cfg.to_dict(), "model": hub_only(small)})
-        corr_small = cache.correction(small) if cache else None
+        corr_small = cache.correction(small, dtype) if cache else None
         options.append(
             (smaller, estimate(KNOWN[small], smaller, rates, corr_small), f"model {small}")
         )
@@ -238,19 +253,29 @@ def fmt_seconds(s: float) -> str:
 
 def learn_from_round(cfg: Config, model_id: str, report: Any, cache: PaceCache, key: str) -> None:
     """After a real round: fold its phases' seconds into this machine's correction for the
-    model, when the rates under `key` (dtype and threads) were measured here. Each phase against
+    model in the key's dtype, when the rates under `key` (`rates_key`: dtype and threads) were
+    measured here. Each phase against
     an estimate of the work the round actually did: its decode steps and generated tokens, the
     tokens its train step trained (a node alone trains its own groups only, zero-advantage
     completions are skipped), and the step only when it trained some."""
-    model = MODEL_IDS.get(model_name(model_id), model_name(model_id))
-    shape, rates = KNOWN.get(model), cache.rates_saved(key)
+    model = known_model(model_id)
+    shape, rates, dtype = KNOWN.get(model), cache.rates_saved(key), key.partition("/")[0]
     if shape is None or rates is None:
         return
     if report.gen_steps > 0 and report.gen_seconds > 0:
         done = gen_seconds(shape, cfg, rates, report.gen_steps, report.gen_tokens)
-        cache.learn(model, "gen", report.gen_seconds, done)
+        cache.learn(model, dtype, "gen", report.gen_seconds, done)
     if report.train_tokens > 0 and report.train_seconds > 0:
         prompt = min(cfg.max_prompt_tokens, PROMPT_TOKENS)
         groups = report.local_used + report.external_used
         tokens = report.train_tokens + groups * prompt
-        cache.learn(model, "train", report.train_seconds, train_seconds(shape, tokens, rates))
+        cache.learn(
+            model, dtype, "train", report.train_seconds, train_seconds(shape, tokens, rates)
+        )
+
+
+def known_model(model_id: str) -> str:
+    """The name KNOWN (and pace.json) uses for a model id: a class's hub mark dropped, an
+    alias's hub id mapped to the alias."""
+    name = model_name(model_id)
+    return MODEL_IDS.get(name, name)

@@ -1,6 +1,6 @@
-"""This machine's measured speed (`Rates`) and what its rounds taught (`Correction` per model),
-kept in pace.json in the cache folder (`PaceCache`). Below both `pace.py`, which estimates from
-them, and `backends/rates.py`, which measures them."""
+"""This machine's measured speed (`Rates` per dtype) and what its rounds taught (`Correction` per
+model and dtype), kept in pace.json in the cache folder (`PaceCache`). Below both `pace.py`,
+which estimates from them, and `backends/rates.py`, which measures them."""
 
 from __future__ import annotations
 
@@ -31,17 +31,38 @@ class Rates:
 
 @dataclass(frozen=True)
 class Correction:
-    """Measured over estimated seconds for one model on this machine, per phase."""
+    """Measured over estimated seconds for one model in one dtype on this machine, per phase;
+    `source` says whose rounds it comes from ("" when none ran: 1.0)."""
 
     gen: float = 1.0
     train: float = 1.0
-    measured: bool = False
+    measured: bool = False  # from rounds run here (this model's and dtype's or borrowed)
+    source: str = ""
+
+    @property
+    def own(self) -> bool:
+        """From rounds of this very model in this very dtype."""
+        return self.source == OWN
+
+
+OWN = "measured here"
+
+
+def rates_key(dtype: str, threads: int) -> str:
+    """Rates are kept per dtype and thread count (a run pinned to fewer reads other ones)."""
+    return f"{dtype}/{threads} threads"
+
+
+def correction_key(model: str, dtype: str) -> str:
+    """pace.json's key for a model's correction in a dtype (a bare model id: an older file's,
+    dtype unknown; it still teaches other models)."""
+    return f"{MODEL_IDS.get(model, model)} in {dtype}"
 
 
 @dataclass
 class PaceCache:
-    """pace.json in the cache folder: this machine's rates per dtype, and per model the ratio
-    of measured to estimated round seconds (1.0 until a round ran)."""
+    """pace.json in the cache folder: this machine's rates per dtype, and per model and dtype
+    the ratio of measured to estimated round seconds (1.0 until a round ran)."""
 
     path: Path
     machine: str
@@ -97,16 +118,28 @@ class PaceCache:
         )
         return r if ok else None
 
-    def correction(self, model: str) -> Correction:
-        """The model's own correction; for a model never run here, the mean (geometric) of the
-        others', kept within TRANSFER: what makes an estimate miss is mostly the machine (its
-        rates under the load it carries, its Python overheads), so one SmolLM2 round also tells
-        whether Qwen would keep pace; but a small model's overheads weigh more than a larger
-        one's, so what one model teaches another is bounded."""
-        own = self.corrections.get(MODEL_IDS.get(model, model))
+    def correction(self, model: str, dtype: str = "float32") -> Correction:
+        """The model's own correction in `dtype`; where that dtype never ran it, borrowed:
+        1. the same model's in another dtype (what the model's overheads cost on this machine;
+           the dtype's own speed is in its probed rates);
+        2. the mean (geometric) of other models' in this dtype, then of all others', kept
+           within TRANSFER: what makes an estimate miss is mostly the machine (its rates under
+           the load it carries, its Python overheads), so one SmolLM2 round also tells whether
+           Qwen would keep pace; but a small model's overheads weigh more than a larger one's,
+           so what one model teaches another is bounded."""
+        model = MODEL_IDS.get(model, model)
+        own = self.corrections.get(correction_key(model, dtype))
         if own:
-            return Correction(own.get("gen", 1.0), own.get("train", 1.0), measured=True)
-        known = [c for c in self.corrections.values() if c]
+            return Correction(own.get("gen", 1.0), own.get("train", 1.0), True, OWN)
+        mine = sorted(k for k, v in self.corrections.items() if v and k.startswith(f"{model} in "))
+        if mine:
+            other = mine[0].removeprefix(f"{model} in ")
+            c = self.corrections[mine[0]]
+            return Correction(
+                c.get("gen", 1.0), c.get("train", 1.0), True, f"this model's {other} rounds"
+            )
+        same = [v for k, v in self.corrections.items() if v and k.endswith(f" in {dtype}")]
+        known = same or [c for c in self.corrections.values() if c]
         if not known:
             return Correction()
 
@@ -114,13 +147,16 @@ class PaceCache:
             vals = [c.get(phase, 1.0) for c in known]
             return min(max(math.prod(vals) ** (1 / len(vals)), TRANSFER[0]), TRANSFER[1])
 
-        return Correction(mean("gen"), mean("train"), measured=True)
+        whose = f"other models' {dtype} rounds" if same else "other models' rounds"
+        return Correction(mean("gen"), mean("train"), True, whose)
 
-    def learn(self, model: str, phase: str, measured_s: float, uncorrected_s: float) -> float:
-        """Fold one measured phase into the model's correction: the first round sets it, later
-        ones move it halfway (geometric), so one odd round does not swing it; returns it."""
-        key = MODEL_IDS.get(model, model)
-        mine = self.corrections.setdefault(key, {})
+    def learn(
+        self, model: str, dtype: str, phase: str, measured_s: float, uncorrected_s: float
+    ) -> float:
+        """Fold one measured phase into the model's correction in `dtype`: the first round sets
+        it, later ones move it halfway (geometric), so one odd round does not swing it; returns
+        it."""
+        mine = self.corrections.setdefault(correction_key(model, dtype), {})
         if measured_s > 0 and uncorrected_s > 0:
             ratio = min(max(measured_s / uncorrected_s, 0.05), 20.0)
             old = mine.get(phase)

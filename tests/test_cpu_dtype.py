@@ -1,5 +1,6 @@
-"""--dtype auto on a CPU (cpu_dtype.py): the choice with the probe injected, its per-machine
-cache, and a bfloat16 train step that stays close to float32's."""
+"""--dtype auto on a CPU before any round ran here (rates.cpu_dtype_choice falls back to
+cpu_dtype.py's GEMM probe): the choice with the probe injected, its per-machine cache, and a
+bfloat16 train step that stays close to float32's. The choice by rounds: test_dtype_auto.py."""
 
 import json
 
@@ -7,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from sapo_edge.backends import cpu_dtype  # noqa: E402
+from sapo_edge.backends import cpu_dtype, rates  # noqa: E402
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
 from sapo_edge.config import Config  # noqa: E402
@@ -24,9 +25,15 @@ def _choose(tmp_path, native=True, speedup=1.7, calls=None):
             calls.append(1)
         return speedup
 
-    return cpu_dtype.choose_cpu_dtype(
-        native=lambda: native, probe=probe, cache=tmp_path / "probe.json", log=lambda m: None
+    choice = rates.cpu_dtype_choice(
+        "smollm2-135m",
+        None,
+        lambda m: None,
+        native=lambda: native,
+        probe=probe,
+        probe_cache=tmp_path / "probe.json",
     )
+    return getattr(torch, choice.dtype)
 
 
 def test_bfloat16_only_where_native_and_measured_faster(tmp_path):

@@ -24,6 +24,7 @@ NAMES = [
     "memory",
     "models",
     "pace",
+    "dtype",
     "identity",
     "lan",
     "mdns",

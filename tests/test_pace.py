@@ -139,7 +139,7 @@ def test_the_correction_learns_from_real_rounds_and_survives_a_restart(tmp_path:
     pace.learn_from_round(
         pace.CANDIDATES[4].config(), "HuggingFaceTB/SmolLM2-135M-Instruct", report, again, key
     )
-    assert again.corrections["smollm2-135m"]
+    assert again.corrections["smollm2-135m in float32"]
 
 
 def test_only_a_run_with_every_core_teaches_the_machine_s_pace(tmp_path, monkeypatch) -> None:

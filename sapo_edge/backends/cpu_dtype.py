@@ -1,7 +1,7 @@
-"""`--dtype auto` on a CPU: bfloat16 where the CPU has native bf16 arithmetic (AVX512-BF16 / AMX,
-or Arm's BF16 extension) and a one-second GEMM probe finds it faster than float32; float32
-elsewhere; SAPO_EDGE_CPU_DTYPE=float32|bfloat16 pins it. The probe's answer is cached per machine (CPU model, core count, torch version) in the
-cache directory, so it runs once.
+"""What `--dtype auto` on a CPU asks of the CPU (backends/rates.py decides, dtype_pace.py says why):
+whether it has bfloat16 arithmetic of its own (AVX512-BF16 / AMX, or Arm's BF16 extension), and a
+one-second GEMM probe of bfloat16's rate over float32's, cached per machine (CPU model, core
+count, torch version) in the cache directory, which decides before any round ran here.
 
 bfloat16 here means the frozen base weights and activations only: the LoRA weights and their AdamW
 state stay float32 (peft keeps adapters in float32), and log-probs and the loss are reduced in
@@ -23,7 +23,6 @@ import torch
 from .. import paths
 
 PROBE_FILE = "cpu_dtype_probe.json"
-MIN_SPEEDUP = 1.2  # bfloat16 must beat float32 by this much to be worth its rounding
 
 
 def cpu_model() -> str:
@@ -83,36 +82,26 @@ def machine_key() -> str:
     return f"{cpu_model()} | {os.cpu_count()} cores | torch {torch.__version__}"
 
 
-def choose_cpu_dtype(
-    *,
-    native: Callable[[], bool] = has_native_bf16,
+def probed_speedup(
     probe: Callable[[], float] = gemm_speedup,
     cache: Path | None = None,
     log: Callable[[str], None] = print,
-) -> torch.dtype:
-    """bfloat16 when the CPU has native bf16 and the probe (cached in `cache`) measures it at
-    least MIN_SPEEDUP times float32's GEMM rate; float32 otherwise. SAPO_EDGE_CPU_DTYPE=float32 or
-    bfloat16 pins the choice (the tests pin it)."""
-    pinned = os.environ.get("SAPO_EDGE_CPU_DTYPE", "").strip()
-    if pinned in ("float32", "bfloat16"):
-        return getattr(torch, pinned)
-    if not native():
-        return torch.float32
+) -> float:
+    """bfloat16's GEMM rate over float32's on this machine: `probe` once, then its answer cached
+    per machine in `cache` (a damaged file, or another machine's, probes again)."""
     cache = cache if cache is not None else paths.cache_dir() / PROBE_FILE
     key = machine_key()
-    speedup = None
     try:
         saved = json.loads(cache.read_text())
         if isinstance(saved, dict) and saved.get("machine") == key:
-            speedup = float(saved["bf16_speedup"])
+            return float(saved["bf16_speedup"])
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no probe yet, or a damaged file: probe again
-    if speedup is None:
-        speedup = probe()
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps({"machine": key, "bf16_speedup": speedup}) + "\n")
-        except OSError:
-            pass  # an unwritable cache only costs a probe next time
-        log(f"dtype auto: bfloat16 GEMMs run at {speedup:.2f}x float32 on this CPU")
-    return torch.bfloat16 if speedup >= MIN_SPEEDUP else torch.float32
+    speedup = probe()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"machine": key, "bf16_speedup": speedup}) + "\n")
+    except OSError:
+        pass  # an unwritable cache only costs a probe next time
+    log(f"dtype auto: bfloat16 GEMMs run at {speedup:.2f}x float32 on this CPU")
+    return speedup

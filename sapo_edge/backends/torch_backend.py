@@ -29,9 +29,9 @@ from transformers.utils import logging as hf_logging
 from ..config import Config
 from .attention_kernels import attention_kernels
 from .base import Completion, check_load_time_settings, peak_rss_mb
-from .cpu_dtype import choose_cpu_dtype
 from .cpu_threads import cpu_threads, set_threads
 from .lora_init import lora_a_init
+from .rates import cpu_dtype_choice, cpu_rates
 from .static_decode import StaticDecoder
 from .tokens import (
     encode_completion,
@@ -58,6 +58,7 @@ hf_logging.disable_progress_bar()  # one line per round, not weight-loading bars
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 _SHARED: dict[tuple[str, str, str], _SharedBase] = {}
+_SAID: set[str] = set()  # what --dtype auto said in this process
 
 
 def lora_config(cfg: Config) -> LoraConfig:
@@ -71,12 +72,18 @@ def lora_config(cfg: Config) -> LoraConfig:
     )
 
 
-def resolve_dtype(dtype: str, device: str, log: Callable[[str], None] = print) -> torch.dtype:
-    """auto: bfloat16 on CUDA GPUs that support it; on the CPU bfloat16 where it is native and
-    measured faster (cpu_dtype.py); float32 elsewhere."""
+def resolve_dtype(
+    dtype: str, device: str, log: Callable[[str], None] = print, cfg: Config | None = None
+) -> torch.dtype:
+    """auto: bfloat16 on CUDA GPUs that support it; on the CPU the dtype whose round of cfg's
+    model is measured (or estimated) faster here (rates.cpu_dtype_choice); float32 elsewhere."""
     if dtype == "auto":
         if device == "cpu":
-            return choose_cpu_dtype(log=log)
+            choice = cpu_dtype_choice(cfg.model if cfg else None, cfg, log)
+            if choice.why not in _SAID:  # once per process, not once per node
+                _SAID.add(choice.why)
+                log(f"dtype auto: {choice.why}")
+            return getattr(torch, choice.dtype)
         cuda_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if cuda_bf16 else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
@@ -101,8 +108,10 @@ class TorchBackend(TorchLoss):
         # peft keeps adapters as module attributes: a prefix keeps a node named "train" or
         # "eval" from colliding with nn.Module's own attributes
         self.adapter = adapter = f"node_{adapter}"
-        torch_dtype = resolve_dtype(cfg.dtype, device, log)
+        torch_dtype = resolve_dtype(cfg.dtype, device, log, cfg)
         self.dtype = str(torch_dtype).removeprefix("torch.")
+        if device == "cpu":
+            cpu_rates((self.dtype,), log)  # so this dtype's first rounds teach pace.json (once)
         lora = lora_config(cfg)
         key = (str(Path(model_dir).resolve()), device, self.dtype)
         shared = _SHARED.get(key)
@@ -205,9 +214,8 @@ class TorchBackend(TorchLoss):
         if policy is None or not policy.adaptive or os.environ.get("SAPO_EDGE_PACE_RATES"):
             return
         from ..pace import learn_from_round
-        from ..pace_cache import PaceCache
+        from ..pace_cache import PaceCache, rates_key
         from .cpu_dtype import machine_key
-        from .rates import rates_key
 
         cache = PaceCache.load(machine_key())
         learn_from_round(cfg, model_id, report, cache, rates_key(self.dtype, policy.cores))

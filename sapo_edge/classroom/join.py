@@ -164,8 +164,8 @@ def _keep_pace(cfg: Config, notes: list[str]) -> Config:
     from ..backends.rates import cpu_pace
     from ..pace import keep_pace
 
-    rates, cache, _dtype = cpu_pace(cfg.dtype, log=lambda _msg: None)
-    cfg, note = keep_pace(cfg, rates, cache)
+    rates, cache, dtype = cpu_pace(cfg.dtype, lambda _msg: None, cfg.model, cfg)
+    cfg, note = keep_pace(cfg, rates, cache, dtype=dtype)
     if note:
         notes.append(note)
     return cfg
