@@ -268,9 +268,14 @@ def _linear_shapes(backend):
 
 
 def _time_gemms(work, dtype, backward: bool) -> dict:
-    """Plain torch matmuls x @ w for each (rows, (in, out), times) of `work` (and g @ w.T when
-    `backward`), timed in this process: seconds, GFLOP and GFLOP/s."""
+    """Plain torch matmuls for each (rows, (in, out), times) of `work` in the layouts the model
+    runs: the weight stored [out, in] as nn.Linear keeps it, the forward x @ w.T (F.linear) and,
+    when `backward`, the backward to the inputs g @ w with w as stored (lora_fused.py,
+    head_logps.py). Not g @ w.T of a [in, out] weight: torch 2.13's bfloat16 product of that
+    layout at 32 x 49,152 dies of SIGFPE on AMX CPUs, and the app never runs it
+    (tests/test_matmul_layouts.py). Timed in this process: seconds, GFLOP and GFLOP/s."""
     import torch
+    from torch.nn import functional as F
 
     weights = {}
     flops, seconds = 0.0, 0.0
@@ -278,16 +283,16 @@ def _time_gemms(work, dtype, backward: bool) -> dict:
         for m, (k, n), times in work:
             if m == 0 or times == 0:
                 continue
-            w = weights.setdefault((k, n), torch.randn(k, n, dtype=dtype))
+            w = weights.setdefault((k, n), torch.randn(n, k, dtype=dtype))
             x, g = torch.randn(m, k, dtype=dtype), torch.randn(m, n, dtype=dtype)
-            x @ w  # warm
+            F.linear(x, w)  # warm
             if backward:
-                g @ w.T
+                g @ w
             t0 = time.perf_counter()
             for _ in range(times):
-                x @ w
+                F.linear(x, w)
                 if backward:
-                    g @ w.T
+                    g @ w
             seconds += time.perf_counter() - t0
             flops += (4.0 if backward else 2.0) * m * k * n * times
     return {"seconds": seconds, "gflop": flops / 1e9, "gflops_per_s": flops / 1e9 / seconds}

@@ -51,7 +51,7 @@ class Config:
     )
     dtype: str = _f(
         "auto",
-        "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA, and on CPUs with native bf16 where a one-second probe finds it faster; float32 elsewhere).",
+        "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA; on CPUs with native bf16 the dtype whose round of this model ran (or is estimated) faster here, a one-second GEMM probe before any round ran: `sapo-edge doctor` says which and why; float32 elsewhere).",
     )
 
     # --- tasks (reasoning-gym) ---------------------------------------------------------
