@@ -7,7 +7,7 @@ Each dtype runs `sapo-edge sim --preset demo` as its own process with one torch 
 take the machine's two cores), one node (no peers: J = 0, so nothing else differs), and the
 settings below; then the two reward curves (mean reward of the node's own completions per round)
 are printed side by side with their means over windows of rounds. Not part of `make test` (it
-takes ~40 min on SmolLM2-135M on a shared 2-core machine); the figures are in docs/benchmarks.md.
+takes ~40 min on SmolLM2-135M on a shared 2-core machine); the figures are in docs/benchmarks-history.md.
 """
 
 from __future__ import annotations
