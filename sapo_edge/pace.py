@@ -10,8 +10,9 @@ The estimate counts a round's work and divides by this machine's measured speed:
 The rates come from a short probe at the model's own shapes (`backends.machine_rates`, cached
 per machine). Known overheads (attention, norms, sampling, Python) make a phase ~1.7-1.9x its
 GEMM floor (docs/benchmarks.md), hence `OVERHEAD`. Then the truth corrects it: after a real
-round the measured/estimated ratio for that model is kept per machine (`learn`), so the second
-start of `sapo-edge` on a laptop estimates from what that laptop did.
+round the measured/estimated ratio for that model in that dtype is kept per machine (`learn`), so
+the second start of `sapo-edge` on a laptop estimates from what that laptop did (and `--dtype auto`
+compares the dtypes' rounds: dtype_pace.py).
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def test_the_installed_command_runs_from_the_wheel(installed: tuple[Path, dict])
     assert str(home / ".cache" / "sapo-edge") in models.stdout  # the OS's cache folder
     doc = sapo(installed, "doctor", "--multicast-interface", "127.0.0.1", "--listen", "127.0.0.1:0")
     assert doc.returncode in (0, 1) and "Traceback" not in doc.stderr
-    assert len([ln for ln in doc.stdout.splitlines() if ln.startswith("[")]) == 11, doc.stdout
+    assert len([ln for ln in doc.stdout.splitlines() if ln.startswith("[")]) == 12, doc.stdout
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from ..config import Config
+from ..dtype_pace import DTYPES
 from .attention_kernels import attention_kernels
 from .base import Completion, check_load_time_settings, peak_rss_mb
 from .cpu_threads import cpu_threads, set_threads
@@ -110,7 +111,7 @@ class TorchBackend(TorchLoss):
         self.adapter = adapter = f"node_{adapter}"
         torch_dtype = resolve_dtype(cfg.dtype, device, log, cfg)
         self.dtype = str(torch_dtype).removeprefix("torch.")
-        if device == "cpu":
+        if device == "cpu" and self.dtype in DTYPES:
             cpu_rates((self.dtype,), log)  # so this dtype's first rounds teach pace.json (once)
         lora = lora_config(cfg)
         key = (str(Path(model_dir).resolve()), device, self.dtype)
