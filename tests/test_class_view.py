@@ -270,3 +270,55 @@ def test_a_member_gone_quiet_reads_as_such() -> None:
 
         asyncio.run(look())
     assert shown == ["round 3 · generating 25%", "quiet"]
+
+
+def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
+    """Issue 44 #7: every redraw cleared the members table and added 256 rows again (each cell
+    measured), rebuilt the learned-from table and the chart: 0.12-0.93 s of the UI thread. Now
+    a member's new round updates that member's cells, everyone's progress their "doing"
+    cells, and the chart is drawn again only when a curve moved (bench/class_view_redraw.py
+    times it)."""
+    from test_class_board import big_board, stats
+
+    from sapo_edge.swarm.progress import Progress
+    from sapo_edge.tui.widgets.class_widgets import ClassChart
+
+    board, ids = big_board()
+    now = [2_000_000_000.0]
+    board.clock = lambda: now[0]
+    app = ClassView(None, start=False)
+    cleared, charted = [], []
+
+    async def drive() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(MembersTable)
+            real_clear = table.clear
+            table.clear = lambda *a, **kw: cleared.append(1) or real_clear(*a, **kw)
+            plt = app.query_one(ClassChart).query_one("#class-plot").plt
+            real_clear_figure = plt.clear_figure
+            plt.clear_figure = lambda *a, **kw: charted.append(1) or real_clear_figure(*a, **kw)
+
+            async def redraw() -> None:
+                app.post_message(ClassUpdated(board.snapshot(), "256 members · x"))
+                await pilot.pause()
+
+            await redraw()
+            assert table.row_count == 256 and len(cleared) == 1 and len(charted) == 1
+            board.record(ids[7], stats(8, "m7", trained_external=0))
+            await redraw()
+            row = table.get_row(ids[7])
+            assert str(row[3]) == "9"  # its rounds, in place
+            now[0] += 1
+            for i, me in enumerate(ids):
+                board.record_progress(me, Progress("training", 9, 20, 1, 2, f"m{i}", "m"))
+            await redraw()
+            assert {str(table.get_row(k)[1]) for k in ids} == {"round 10 · training 50%"}
+            now[0] += 3600  # every "seen" and "doing" cell changes
+            await redraw()
+            assert {str(table.get_row(k)[1]) for k in ids} == {"quiet"}
+            assert table.row_count == 256
+            assert len(cleared) == 1, "the members table was rebuilt"
+            assert len(charted) == 2, "the chart was drawn again for progress alone"
+            await pilot.press("q")
+
+    asyncio.run(drive())

@@ -5,19 +5,22 @@ whom. Names are members' claims: every one reaches Textual as cleaned `rich.text
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Static
+from textual.containers import Horizontal, ScrollableContainer, Vertical
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from ...classroom.board_rows import ClassSnapshot, MemberRow
 from ...textsafe import clean
+from .keyed_table import KeyedTable
 from .tables import ago
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-MAX_LINES = 10  # member curves drawn (the most recent members first); the mean always
+MAX_LINES = 10  # member curves drawn (the furthest along first); the mean always
 SINGLE_POINTS = 3  # a curve of up to this many rounds is drawn as large points
 
 
@@ -42,9 +45,13 @@ def _doing(row: MemberRow, now: float) -> Text:
     """What the member says it is doing; 'quiet' once it has said nothing for a while (it
     left, or its laptop sleeps): its last word is not its present."""
     text = clean(row.state, 24)
-    if text and now - row.last_seen > QUIET_AFTER:
+    if text and _quiet(row, now):
         return Text("quiet", style="dim")
     return Text(text)
+
+
+def _quiet(row: MemberRow, now: float) -> bool:
+    return now - row.last_seen > QUIET_AFTER
 
 
 class JoinPanel(Horizontal):
@@ -84,7 +91,7 @@ class JoinPanel(Horizontal):
         self.query_one("#join-qr", Static).update("")
 
 
-class MembersTable(DataTable):
+class MembersTable(KeyedTable):
     COLUMNS = (
         "member",
         "doing",
@@ -102,43 +109,63 @@ class MembersTable(DataTable):
 
     def __init__(self, **kw) -> None:
         super().__init__(cursor_type="none", zebra_stripes=True, **kw)
+        self._made: dict[str, tuple[tuple, list[Any]]] = {}  # node id -> (what, its cells)
 
     def on_mount(self) -> None:
         self.border_title = (
             "members: each one's own signed figures (used: by others; recv: groups verified here)"
         )
-        self.add_columns(*self.COLUMNS)
 
     OTHERS = 100  # the columns but the name and the model, with their padding, at their widest
     MODEL_FROM = 160  # the model column from this many columns (a class mostly runs one model)
 
     def show(self, snap: ClassSnapshot) -> None:
-        self.clear(columns=True)  # columns fit what is shown now
+        """Only what changed is redrawn (KeyedTable): a class of 256 sends a progress each."""
         with_model = self.size.width >= self.MODEL_FROM
-        self.add_columns(*(c for c in self.COLUMNS if with_model or c != "model"))
         # names in full where the terminal has room ('mellow-quokka-3f2a (host)' at 140)
         others = self.OTHERS + (16 if with_model else 0)
         width = max(NAME_WIDTH, min(MAX_NAME_WIDTH, self.size.width - others))
-        for m in snap.members:
-            reward = "-" if m.recent_reward is None else f"{m.recent_reward:.2f}"
-            model = Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14))
-            self.add_row(
-                _name(m, width),
-                _doing(m, snap.now),
-                Text(clean(m.backend, 14)),
-                *([model] if with_model else []),
-                str(m.rounds),
-                reward,
-                Text(sparkline(m.rewards, 6), style="green"),
-                str(m.shared),
-                str(m.used_by_others),
-                Text(str(m.aha), style="bold yellow" if m.aha else ""),
-                "-" if m.received_here is None else str(m.received_here),
-                ago(snap.now - m.last_seen),
-            )
-        if not snap.members:
-            blank = [""] * (len(self.columns) - 2)
-            self.add_row(Text("nobody yet"), Text("students: sapo-edge join CODE"), *blank)
+        columns = {c: c for c in self.COLUMNS if with_model or c != "model"}
+        rows, made = {}, {}
+        for m in snap.members:  # a row's cells are made again only when what they show moved
+            what = (m, width, with_model, ago(snap.now - m.last_seen), _quiet(m, snap.now))
+            had = self._made.get(m.node_id)
+            cells = had[1] if had is not None and had[0] == what else None
+            if cells is None:
+                cells = _member_cells(m, snap.now, width, with_model)
+            rows[m.node_id], made[m.node_id] = cells, (what, cells)
+        self._made = made
+        if not rows:
+            blank = [""] * (len(columns) - 2)
+            rows = {"": [Text("nobody yet"), Text("students: sapo-edge join CODE"), *blank]}
+        if (with_model, width) != getattr(self, "_layout", None):  # names cut anew
+            self._layout = (with_model, width)
+            self._columns = {}
+        self.show_rows(columns, rows, self.LEAST)
+
+    # the widest these columns' cells can be (what members are doing changes every second)
+    LEAST = {"doing": 24, "seen": 7}
+
+
+def _member_cells(m: MemberRow, now: float, width: int, with_model: bool) -> list[Any]:
+    """One member's row: its name (cut to `width`), what it is doing, its figures (all Text:
+    a DataTable parses a str cell as markup)."""
+    reward = "-" if m.recent_reward is None else f"{m.recent_reward:.2f}"
+    model = Text(clean(m.model.split("/")[-1].removesuffix("-Instruct"), 14))
+    return [
+        _name(m, width),
+        _doing(m, now),
+        Text(clean(m.backend, 14)),
+        *([model] if with_model else []),
+        Text(str(m.rounds)),
+        Text(reward),
+        Text(sparkline(m.rewards, 6), style="green"),
+        Text(str(m.shared)),
+        Text(str(m.used_by_others)),
+        Text(str(m.aha), style="bold yellow" if m.aha else ""),
+        Text("-" if m.received_here is None else str(m.received_here)),
+        Text(ago(now - m.last_seen)),
+    ]
 
 
 class ClassChart(Vertical):
@@ -152,28 +179,48 @@ class ClassChart(Vertical):
         self.show(None)
 
     def show(self, snap: ClassSnapshot | None) -> None:
+        """Draw the curves; nothing when what it would draw is what it shows (plotext redraws
+        the whole chart: a class's progress messages change nothing here)."""
+        lines: list[tuple[str, tuple]] = []
+        top, last = 0.25, 0
+        if snap is not None:
+            rounds = [r for pts in snap.curves.values() for r, _ in pts]
+            top = max([0.25, *(v for pts in snap.curves.values() for _, v in pts)])
+            last = max(rounds, default=0)
+            members = [m for m in snap.members if m.role != "baseline"]  # drawn as the baseline
+            # the furthest along (a progress message moves no curve: it draws nothing new)
+            recent = sorted(members, key=lambda m: -m.last_round)[:MAX_LINES]
+            lines = [
+                (clean(m.name, 16), tuple(snap.curves[m.node_id]))
+                for m in recent
+                if snap.curves.get(m.node_id)
+            ]
+        drawn = (
+            snap is None,
+            top,
+            last,
+            lines,
+            tuple(snap.swarm_mean) if snap else (),
+            tuple(snap.baseline) if snap else (),
+        )
+        if drawn == getattr(self, "_drawn", None):
+            return
+        self._drawn = drawn
         plot = self.query_one(PlotextPlot)
         plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
         plt.xlabel("round")
         if snap is not None:
-            rounds = [r for pts in snap.curves.values() for r, _ in pts]
-            top = max([0.25, *(v for pts in snap.curves.values() for _, v in pts)])
             plt.ylim(0, math.ceil(top * 4) / 4)  # the next quarter above the best reward
-            if rounds:
-                last = max(rounds)
+            if last:
                 plt.xticks(list(range(1, last + 1, max(1, last // 8))))
                 if last == 1:  # one round: points mid-chart, not on the edge
                     plt.xlim(0, 2)
-            members = [m for m in snap.members if m.role != "baseline"]  # drawn as the baseline
-            recent = sorted(members, key=lambda m: -m.last_seen)[:MAX_LINES]
-            for m in recent:
-                pts = snap.curves.get(m.node_id, [])
-                if pts:
-                    xs, ys = zip(*pts, strict=True)
-                    marker = "●" if len(pts) <= SINGLE_POINTS else "braille"  # a single point
-                    plt.plot(list(xs), list(ys), label=clean(m.name, 16), marker=marker)
+            for name, pts in lines:
+                xs, ys = zip(*pts, strict=True)
+                marker = "●" if len(pts) <= SINGLE_POINTS else "braille"  # a single point
+                plt.plot(list(xs), list(ys), label=name, marker=marker)
             if snap.swarm_mean:
                 xs, ys = zip(*snap.swarm_mean, strict=True)
                 plt.plot(list(xs), list(ys), label="class mean", marker="hd", color="white")
@@ -183,32 +230,51 @@ class ClassChart(Vertical):
         plot.refresh()
 
 
-class LearnedMatrix(DataTable):
-    """Rows: whose groups; columns: who trained on them and rewarded them (counts)."""
+class LearnedMatrix(ScrollableContainer):
+    """Rows: whose groups; columns: who trained on them and rewarded them (counts). One Text
+    (a table of 16 x 16 cells as a DataTable cost more of the UI thread than the whole rest of
+    a redraw), redrawn only when it changed; it scrolls where the panel is narrower."""
 
-    def __init__(self, **kw) -> None:
-        super().__init__(cursor_type="none", zebra_stripes=True, **kw)
+    DEFAULT_CSS = "LearnedMatrix > Static { width: auto; height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        yield Static()
 
     def on_mount(self) -> None:
         self.border_title = "who learned from whom"
         self.border_subtitle = "row's groups: trained on, rewarded"
+        self.row_count = 0
+        self._shown: Text | None = None
 
     def show(self, snap: ClassSnapshot) -> None:
-        self.clear(columns=True)
         # the board's most active members (MATRIX_MEMBERS: a class of 256 is not a 256 x 256
         # table); a baseline exchanges nothing; a member before its first round has nothing yet
         by_id = {m.node_id: m for m in snap.members}
         members = [by_id[k] for k in snap.matrix_ids if k in by_id and by_id[k].role != "baseline"]
-        self.add_column(Text("from \\ to"))
+        out = Text(no_wrap=True, overflow="crop")
+        out.append(" " + _cells("from \\ to", 10), style="bold")
         for m in members:
-            self.add_column(Text(clean(m.name, 7)))
+            out.append(" " + _cells(clean(m.name, 7), 7, right=True), style="bold")
         for a in members:
             row = snap.matrix.get(a.node_id, {})
-            cells = []
+            out.append("\n " + _cells(clean(a.name, 10), 10))
             for b in members:
                 if a.node_id == b.node_id:
-                    cells.append(Text("·", style="dim"))
+                    out.append(" " + _cells("·", 7, right=True), style="dim")
                 else:
                     rewarded = row.get(b.node_id, (0, 0))[1]
-                    cells.append(Text(str(rewarded), style="bold" if rewarded else "dim"))
-            self.add_row(Text(clean(a.name, 10)), *cells)
+                    cell = " " + _cells(str(rewarded), 7, right=True)
+                    out.append(cell, style="bold" if rewarded else "dim")
+        self.row_count = len(members)
+        if self._shown is None or out.plain != self._shown.plain or out.spans != self._shown.spans:
+            self._shown = out
+            self.query_one(Static).update(out)
+
+
+def _cells(text: str, width: int, right: bool = False) -> str:
+    """`text` in exactly `width` terminal cells (a wide character counts two)."""
+    if right:
+        return " " * max(0, width - cell_len(text)) + set_cell_size(
+            text, min(width, cell_len(text))
+        )
+    return set_cell_size(text, width)
