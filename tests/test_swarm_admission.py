@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
+from types import SimpleNamespace
 
 import aiohttp
 import pytest
@@ -92,15 +94,19 @@ def test_a_guesser_gets_nothing_to_test_offline(host) -> None:
 
 
 def test_codes_expire_and_unknown_numbers_are_refused(host) -> None:
+    """An expired code is refused as such; a number no code holds gets the exchange a live
+    number gets, under a password nobody was shown: it ends `wrong_code` (issue 44 #4: a
+    free `no_such_code` let anyone find the live number, then burn it)."""
     node, adm, _, clock = host
     code = adm.new_code(ttl_s=60)
     clock.t = 61
     with pytest.raises(AdmissionError) as e:
         join_room(addr(node), code)
     assert e.value.reason == "no_such_code"
+    unknown = next(str(n) for n in range(1, 1000) if str(n) not in adm.retired)
     with pytest.raises(AdmissionError) as e:
-        join_room(addr(node), "999-acorn-zinnia")
-    assert e.value.reason == "no_such_code"
+        join_room(addr(node), f"{unknown}-acorn-zinnia")
+    assert e.value.reason == "wrong_code"
 
 
 def test_a_new_code_after_one_is_burned_or_expired_admits(host) -> None:
@@ -236,3 +242,103 @@ def test_one_address_cannot_burn_the_code_for_everyone(nodes) -> None:
         adm.begin(n, "192.168.1.66")
     assert e.value.reason == "busy"
     assert len(adm.codes[n].ip_failures) == 1 and len(adm.codes[n].ip_pending) == 1
+
+
+def wrong_try(adm: Admissions, number: str, ip: str) -> str:
+    """One wrong try at `number` from `ip`, as /admit runs it: the reason it ended with."""
+    try:
+        c = adm.begin(number, ip)
+    except AdmissionError as e:
+        return e.reason
+    adm.end(c, False, ip)
+    return "wrong_code"
+
+
+def test_nobody_can_burn_new_codes_without_knowing_one(monkeypatch) -> None:
+    """Issue 44 #4: asking about a number no code holds was free and a new code took the next
+    number, so ten wrong tries from four addresses aimed at the next number retired each new
+    code within a second: three fresh codes in a row were dead before a student typed them.
+    Numbers are drawn at random now, a number no code holds costs a try like a wrong word,
+    and each address has a budget of wrong tries whatever number it names."""
+    import random
+    import secrets
+
+    rng = random.Random(44)  # the draw is pinned so the test is the same every run
+    monkeypatch.setattr(secrets, "choice", rng.choice)
+    adm = Admissions(Grant("lab", "k"), max_failures=10)  # the class's: 3 per address
+    attackers = [f"10.0.0.{i}" for i in range(1, 5)]
+    last = adm.new_code().split("-")[0]
+    for round_ in range(3):
+        fresh = adm.new_code()  # the teacher's n
+        adm.revoke(adm_code_at(adm, last))
+        tries = Counter()
+        for ip in attackers:  # each aims at the numbers a new code used to take, till refused
+            for ahead in range(1, 20):
+                target = str((int(last) + ahead - 1) % 999 + 1)
+                for _ in range(3):
+                    reason = wrong_try(adm, target, ip)
+                    tries[reason] += 1
+                    if reason != "wrong_code":
+                        break
+        student = f"192.168.7.{round_}"
+        c = adm.begin(fresh.split("-")[0], student)  # the student types the code it was shown
+        adm.end(c, True, student)
+        assert adm.is_live(fresh) and adm.codes[fresh.split("-")[0]].failures == 0
+        assert tries["wrong_code"] <= 4 * 10  # the budget, whatever the number
+        assert tries["rate_limited"] >= 4  # then every address is refused
+        last = fresh.split("-")[0]
+        for ip in attackers:  # the attackers wait out their budget before the next code
+            getattr(adm, "wrong", SimpleNamespace(_left={}))._left.pop(ip, None)
+
+
+def adm_code_at(adm: Admissions, number: str) -> str:
+    return adm.codes[number].code if number in adm.codes else f"{number}-x-y"
+
+
+def test_a_new_codes_number_is_unguessable_and_tries_before_it_cost_it_nothing(
+    monkeypatch,
+) -> None:
+    """The next code's number cannot be told from the last one's; wrong tries aimed at a
+    number before a code took it (pre-positioned) do not count against that code."""
+    from sapo_edge.swarm import admission_codes
+
+    adm = Admissions(Grant("lab", "k"), max_failures=10)
+    numbers = []
+    for _ in range(200):
+        code = adm.new_code()
+        numbers.append(int(code.split("-")[0]))
+        adm.revoke(code)
+    follows = sum(1 for a, b in zip(numbers, numbers[1:], strict=False) if b == a % 999 + 1)
+    assert follows < 10, f"{follows} of 199 new codes took the number after the last one"
+    free = next(str(n) for n in range(1, 1000) if str(n) not in adm.retired)
+    for i in range(9):  # nine wrong tries from three addresses before any code has it
+        assert wrong_try(adm, free, f"10.1.0.{i % 3}") == "wrong_code"
+    real = admission_codes.secrets.choice
+    monkeypatch.setattr(
+        admission_codes.secrets, "choice", lambda seq: free if free in seq else real(seq)
+    )
+    code = adm.new_code()
+    assert code.split("-")[0] == free
+    assert adm.codes[free].failures == 0 and not adm.codes[free].ip_failures
+
+
+def test_a_number_no_code_holds_gets_the_same_exchange_and_costs_the_prober(host) -> None:
+    """Over the wire: a number no code holds answers with a SPAKE2 message like a live one and
+    ends `wrong_code`; an address that spent its wrong tries (on any numbers) is refused for
+    every number, the live code's too, while other addresses still get in."""
+    node, adm, key, _ = host
+    code = adm.new_code()
+    n = code.split("-")[0]
+    others = [str(k) for k in range(1, 1000) if str(k) != n][: adm.wrong_burst]
+    for number in others:
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), f"{number}-acorn-zinnia")
+        assert e.value.reason == "wrong_code"
+    for attempt in (f"{others[0]}-acorn-zinnia", code):
+        with pytest.raises(AdmissionError) as e:
+            join_room(addr(node), attempt)
+        assert e.value.reason == "rate_limited"
+    assert adm.codes[n].failures == 0
+    c = adm.begin(n, "192.168.1.31")  # another laptop still gets in
+    adm.end(c, True, "192.168.1.31")
+    assert adm.codes[n].admitted == 1

@@ -2,7 +2,8 @@
 does: a member that admits runs SPAKE2 with the newcomer, the code being the password, and hands
 over the room's credential encrypted under the SPAKE2 key. Neither an eavesdropper nor a wrong
 guesser gets anything to test guesses against offline: each guess is one online attempt, the
-admitting side counts failed attempts per code and retires the code after a few, and codes expire.
+admitting side counts failed attempts per code and per address and retires the code after a few,
+and codes expire (the book of codes and what an address may spend: admission_codes.py).
 
 API (the `host` / `join CODE` commands build on it):
     admissions = Admissions(Grant(room="lab", secret=room_key_code))
@@ -19,10 +20,7 @@ import hashlib
 import hmac
 import os
 import secrets
-import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -37,6 +35,14 @@ from spake2.spake2 import SPAKEError
 
 from sapo_edge.safejson import dumps_canonical
 
+from .admission_codes import (  # noqa: F401 - the code book, for callers of this module
+    MAX_EXTRA_CHARS,
+    AdmissionError,
+    Admissions,
+    Grant,
+    _Code,
+    normalise,
+)
 from .identity import Identity, node_id_for_key, verify
 from .peer import Closed, read_raw
 from .protocol import (
@@ -50,10 +56,8 @@ from .protocol import (
     make_bye,
     parse_message,
 )
-from .words import WORDS
 
 ID_JOINER, ID_MEMBER = b"sapo-edge/2 joiner", b"sapo-edge/2 member"
-MAX_EXTRA_CHARS = 16 << 10  # Grant.extra: the classroom's settings as JSON
 MAX_WELCOME_BYTES = 96 << 10  # the welcome (hex box of the grant): what a joiner accepts
 WHO_BYTES = 1024  # the joiner's boxed key, name and signature: at most this many bytes
 _SPECS = {
@@ -71,141 +75,6 @@ _GRANT = {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)}
 # who the joiner is (its public key, name and its signature of both bound to this exchange),
 # boxed under the SPAKE2 key in its confirm, so the# class view has its row from admission on; "" when it says nothing
 _WHO = {"key": ("hex", 64), "name": ("str", 40), "sig": ("hex", 128)}
-
-
-class AdmissionError(Exception):
-    """Joining failed; `reason` says why (wrong_code, no_such_code, expired_code, busy, ...)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What a newcomer receives: the room's name and credential (and a relay to reach it), and
-    `extra`: what the application hands over with it (the classroom's settings, as JSON text)."""
-
-    room: str
-    secret: str
-    relay: str = ""
-    extra: str = ""
-
-    def __post_init__(self) -> None:
-        if len(self.extra) > MAX_EXTRA_CHARS:
-            raise ValueError(f"Grant.extra is over {MAX_EXTRA_CHARS} characters.")
-
-
-@dataclass
-class _Code:
-    code: str
-    expires: float
-    failures: int = 0
-    pending: int = 0
-    admitted: int = 0
-    # per remote address: wrong attempts, and exchanges under way (at most max_failures
-    # entries each: every entry stands for a failure or a pending exchange)
-    ip_failures: Counter = field(default_factory=Counter)
-    ip_pending: Counter = field(default_factory=Counter)
-
-
-@dataclass
-class Admissions:
-    """The codes one member accepts, each good until `ttl_s` passes or `max_failures` wrong
-    attempts (exchanges started and not completed count as wrong). Thread-confined to the
-    network loop, except new_code()/revoke() (a lock is not needed: dict updates are atomic)."""
-
-    grant: Grant
-    ttl_s: float = 600.0
-    max_failures: int = 5
-    # One address may spend only this many of a code's wrong attempts (and hold only this many
-    # exchanges at once): a single laptop cannot burn the class's code for everyone.
-    max_failures_per_ip: int = 3
-    clock: Callable[[], float] = time.monotonic
-    codes: dict[str, _Code] = field(default_factory=dict)  # nameplate -> code
-    log: Callable[[str], None] = lambda _m: None
-    # called on the network loop with (node id, name) a newcomer gave in its admission (boxed
-    # under the code's key: only a code holder's word, like the code itself); must be quick
-    on_admitted: Callable[[str, str], None] | None = None
-
-    last_nameplate: int = 0  # numbers go round 1..999: a retired number is not reused at once
-
-    def new_code(self, ttl_s: float | None = None) -> str:
-        """A fresh code 'N-word-word' (16 bits of words behind a nameplate number). The number
-        is the next one after the last code's, never that of a code just retired or expired:
-        whoever still types the old code is refused as `no_such_code`, not counted against the
-        new one, and revoking the old code by its text cannot remove the new one."""
-        self._expire()
-        taken = set(self.codes)
-        for step in range(1, 1000):
-            n = (self.last_nameplate + step - 1) % 999 + 1
-            if str(n) not in taken:
-                break
-        else:
-            raise RuntimeError("999 admission codes are open at once; revoke some first.")
-        self.last_nameplate = n
-        words = "-".join(secrets.choice(WORDS) for _ in range(2))
-        code = f"{n}-{words}"
-        self.codes[str(n)] = _Code(code, self.clock() + (ttl_s or self.ttl_s))
-        return code
-
-    def is_live(self, code: str) -> bool:
-        """Whether this code still admits anyone: not expired, not retired by wrong tries, not
-        revoked (read from any thread: one dict lookup)."""
-        code = normalise(code)
-        c = self.codes.get(code.split("-", 1)[0])
-        return c is not None and c.code == code and c.expires >= self.clock()
-
-    def revoke(self, code: str) -> None:
-        """Retire this code (the whole code, not whatever code now has its number)."""
-        code = normalise(code)
-        c = self.codes.get(code.split("-", 1)[0])
-        if c is not None and c.code == code:
-            del self.codes[code.split("-", 1)[0]]
-
-    def _expire(self) -> None:
-        now = self.clock()
-        for n in [n for n, c in list(self.codes.items()) if c.expires < now]:  # list(): one
-            # step under the GIL, so the UI thread's new_code never iterates a changing dict
-            del self.codes[n]
-
-    def begin(self, nameplate: str, ip: str = "") -> _Code:
-        """Reserve one attempt at this code from address `ip`, or AdmissionError."""
-        self._expire()
-        c = self.codes.get(nameplate)
-        if c is None:
-            raise AdmissionError("no_such_code", "no such code here (expired, or mistyped number).")
-        if c.ip_failures[ip] >= self.max_failures_per_ip:
-            raise AdmissionError(
-                "rate_limited", "too many wrong tries at this code from this address."
-            )
-        if c.failures + c.pending >= self.max_failures or (
-            c.ip_failures[ip] + c.ip_pending[ip] >= self.max_failures_per_ip
-        ):
-            raise AdmissionError("busy", "this code is busy; try again in a moment.")
-        c.pending += 1
-        c.ip_pending[ip] += 1
-        return c
-
-    def end(self, c: _Code, ok: bool, ip: str = "") -> None:
-        c.pending -= 1
-        c.ip_pending[ip] -= 1
-        if c.ip_pending[ip] <= 0:
-            del c.ip_pending[ip]
-        if ok:
-            c.admitted += 1
-            return
-        c.failures += 1
-        c.ip_failures[ip] += 1
-        if c.failures >= self.max_failures:
-            self.codes.pop(c.code.split("-", 1)[0], None)
-            self.log(
-                f"admission code {c.code.split('-', 1)[0]}-... retired after {c.failures} wrong attempts"
-            )
-
-
-def normalise(code: str) -> str:
-    return "-".join(code.strip().lower().replace(" ", "-").split("-")).strip("-")
 
 
 def _password(code: str) -> bytes:
@@ -344,16 +213,21 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
     if first["version"] != PROTOCOL_VERSION:
         raise AdmissionError("unknown_version", "upgrade sapo-edge on one side.")
     c = admissions.begin(first["nameplate"], ip)
-    ok = False
+    ok, who = False, None
     try:
         member = SPAKE2_B(_password(c.code), idA=ID_JOINER, idB=ID_MEMBER)
         out = member.start()
         key = _finish(member, first["pake"], "the SPAKE2 message is not usable.")
         await ws.send_bytes(_msg("pake", pake=out.hex()))
         confirm = await _read(ws, "confirm")
-        if not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
-            raise AdmissionError("wrong_code", "wrong code.")
+        if c.decoy or not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
+            raise AdmissionError("wrong_code", "wrong code: check the number and both words.")
         who = _who(key, confirm["who"])
+        try:
+            admissions.take_seat(c, who[0] if who else None, ip)
+        except AdmissionError:
+            ok = None  # proved the code, refused a seat: neither wrong nor admitted
+            raise
         grant = admissions.grant
         plain = dumps_canonical(
             {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": grant.extra}
@@ -363,7 +237,10 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
         await ws.send_bytes(_msg("welcome", box=box.hex()))
         ok = True
     finally:
-        admissions.end(c, ok, ip)
+        if ok is None:
+            admissions.refused(c, ip)
+        else:
+            admissions.end(c, ok, ip, who[0] if who else None)
     if who is not None and admissions.on_admitted is not None:
         try:
             admissions.on_admitted(*who)

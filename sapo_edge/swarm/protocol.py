@@ -32,7 +32,7 @@ REASONS = frozenset(
     wrong_node bad_role unknown_version bad_signature bad_identity bad_frame bad_value bad_type
     bad_json bad_utf8 bad_unicode too_large too_deep non_finite huge_int duplicate_key
     missing_field unknown_field unknown_type unexpected_message timeout closed no_pong ws_error
-    busy no_such_code expired_code wrong_code rate_limited replay expired stale_round
+    busy no_such_code expired_code wrong_code rate_limited class_full replay expired stale_round
     wrong_producer wrong_sender evicted refused other""".split()
 )
 
