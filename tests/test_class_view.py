@@ -316,6 +316,12 @@ def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
             now[0] += 3600  # every "seen" and "doing" cell changes
             await redraw()
             assert {str(table.get_row(k)[1]) for k in ids} == {"quiet"}
+            del board.members[ids[9]]  # one leaves the board, one joins between others
+            board.record("f" * 32, stats(0, "newcomer"))
+            await redraw()
+            shown = [str(table.get_row_at(i)[0]).removesuffix(" (host)") for i in range(256)]
+            assert shown == [m.name for m in board.snapshot().members]
+            assert "newcomer" in shown and "m9" not in shown
             assert table.row_count == 256
             assert len(cleared) == 1, "the members table was rebuilt"
             assert len(charted) == 2, "the chart was drawn again for progress alone"

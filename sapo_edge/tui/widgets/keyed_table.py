@@ -24,8 +24,8 @@ def width_of(cell: Any) -> int:
 
 class KeyedTable(DataTable):
     """show_rows() puts rows (key -> cells) under columns (key -> label): what changed is
-    updated in place, a new row is added, a gone one removed; the table is rebuilt only when
-    the columns change, a column must widen, or the rows come in another order."""
+    updated in place, a new row is added (and the rows sorted into the order given), a gone one
+    removed; the table is rebuilt only when the columns change or a column must widen."""
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -46,8 +46,6 @@ class KeyedTable(DataTable):
         widths = [max(width_of(label), least.get(k, 0)) for k, label in columns.items()]
         for cells in rows.values():
             widths = [max(w, width_of(c)) for w, c in zip(widths, cells, strict=True)]
-        kept = [k for k in self._shown if k in rows]
-        order = kept + [k for k in rows if k not in self._shown]
         if (
             list(columns) != list(self._columns)
             or any(
@@ -55,7 +53,6 @@ class KeyedTable(DataTable):
                 for a, b in zip(columns.values(), self._columns.values(), strict=True)
             )
             or any(w > had for w, had in zip(widths, self._widths, strict=True))
-            or order != list(rows)
         ):
             self._rebuild(columns, widths, rows)
             return
@@ -66,11 +63,16 @@ class KeyedTable(DataTable):
             had = self._shown.get(key)
             if had is None:
                 self.add_row(*cells, key=key)
-            else:
-                for column, old, new in zip(columns, had, cells, strict=True):
-                    if not same(old, new):
-                        self.update_cell(key, column, new)
-            self._shown[key] = cells
+                self._shown[key] = list(cells)
+                continue
+            for i, (column, old, new) in enumerate(zip(columns, had, cells, strict=True)):
+                if not same(old, new):
+                    self.update_cell(key, column, new)
+                    had[i] = new
+        if list(self._shown) != list(rows):  # a newcomer's row goes where it belongs
+            where = {id(self._shown[k][0]): i for i, k in enumerate(rows)}
+            self.sort(key=lambda values: where[id(values[0])])
+            self._shown = {k: self._shown[k] for k in rows}
 
     def _update_dimensions(self, new_rows: Any) -> None:
         """Every column has a fixed width here: nothing to measure (DataTable measures each
@@ -84,4 +86,5 @@ class KeyedTable(DataTable):
             self.add_column(label, width=w, key=key)
         for key, cells in rows.items():
             self.add_row(*cells, key=key)
-        self._columns, self._widths, self._shown = dict(columns), widths, dict(rows)
+        self._columns, self._widths = dict(columns), widths
+        self._shown = {k: list(cells) for k, cells in rows.items()}
