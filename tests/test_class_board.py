@@ -151,7 +151,7 @@ def test_a_full_board_gives_a_verified_member_the_row_of_the_longest_silent_unve
     assert set(board.members) == {A, B, D} and board.total_rounds == 3
     verified[E] = 1
     assert not board.record(E, stats(0, "eve"))  # every other row is verified (or the host)
-    assert board.dropped == {"board_full": 2, "evicted_unverified": 1}
+    assert board.dropped == {"board_full": 2, "evicted": 1}
 
 
 def big_board(members: int = 256, rounds: int = 8) -> tuple[ClassBoard, list[str]]:
@@ -217,3 +217,81 @@ def test_the_save_after_the_last_round_reads_done_not_saving() -> None:
     member.on_phase(node, "saving")  # the save after the last round
     assert [p.phase for p in said] == ["saving", "done"]
     assert said[-1].describe() == "done after 8 rounds"
+
+
+def test_admissions_get_seats_bounded_per_address_and_by_the_class_size() -> None:
+    """Issue 44 #2: 300 real admissions from one address, each a fresh identity, were all
+    let in. A newcomer that proved the code gets a seat on the board: at most 16 from one
+    address still to be heard from, at most the class's size in all (the host's row aside); a
+    seat nobody used lapses after two minutes when a newcomer needs it; one whose member did
+    something never does, and a member joining again keeps its own."""
+    from sapo_edge.classroom.board_seats import GRACE_S, WAITING_PER_ADDRESS
+    from sapo_edge.swarm.progress import Progress
+
+    now = [0.0]
+    board = ClassBoard(host_id=A, max_members=21, clock=lambda: now[0])  # 20 students
+    flood = [f"{i:032x}" for i in range(100, 140)]
+    got = [board.admit(k, "10.0.0.66") for k in flood]
+    assert got.count("") == WAITING_PER_ADDRESS and set(got[WAITING_PER_ADDRESS:]) == {"busy"}
+    students = [f"{i:032x}" for i in range(200, 210)]
+    got = [board.admit(k, f"10.0.1.{i}") for i, k in enumerate(students)]
+    assert got == [""] * 4 + ["class_full"] * 6  # 16 + 4: the class is full
+    for k in students[:4]:  # these four are heard from: their seats are theirs
+        board.record_progress(k, Progress("loading", name="s"))
+    assert board.admit(students[0], "10.0.1.0") == ""  # joining again takes no other seat
+    now[0] = GRACE_S + 1  # the flood's seats were never used
+    got = [board.admit(k, f"10.0.2.{i}") for i, k in enumerate(students[4:])]
+    assert got == [""] * 6
+    assert set(board.seats.admitted) >= set(students)
+    assert len(board.seats.admitted) == 20
+
+
+def test_a_member_the_host_admitted_always_has_a_row() -> None:
+    """Issue 44 #3: puppets that each sent one valid batch and one stats message were all
+    "checked" and filled the board; an honest student who shares batches and stats was refused
+    a row, and so was a stats-only student (the earlier lockout). Rows go by what the host
+    knows: a member it admitted takes the row of one it did not, whatever that one did; one it
+    did not admit gets a row only from one that stands lower."""
+    from sapo_edge.swarm.progress import Progress
+
+    now, verified = [0.0], {}
+    board = ClassBoard(
+        host_id=A, received=lambda: dict(verified), max_members=4, clock=lambda: now[0]
+    )
+    board.record(A, stats(0, "teacher"))
+    puppets = ["d" * 32, "e" * 32, "f" * 32]
+    for p in puppets:  # a checked batch and a stats message each
+        verified[p] = 2
+        board.record(p, stats(0, "puppet"))
+    outsider = "9" * 32  # not admitted (a joiner of an earlier version): as good as a puppet
+    verified[outsider] = 2
+    assert not board.record(outsider, stats(0, "x"))
+    honest, solo = B, C
+    for k, name in ((honest, "ada"), (solo, "solo")):
+        now[0] += 1
+        assert board.admit(k, "10.0.0.2") == ""
+        assert board.record_progress(k, Progress("joining", name=name), own=False)
+    assert board.record(honest, stats(0, "ada"))  # shares batches and stats
+    assert board.record_progress(solo, Progress("loading", name="solo", role="baseline"))
+    assert set(board.members) == {A, honest, solo, puppets[2]}
+    assert board.dropped == {"board_full": 1, "evicted": 2}
+
+
+def test_rows_that_never_did_anything_keep_out_no_one() -> None:
+    """Issue 44 #2: "joining" rows (admitted, then nothing) filled the board for good. Held
+    for two minutes for a laptop on its way, such a row then gives way to any member that
+    says something of its own."""
+    from sapo_edge.classroom.board_seats import GRACE_S
+    from sapo_edge.swarm.progress import Progress
+
+    now = [0.0]
+    board = ClassBoard(host_id=A, max_members=3, clock=lambda: now[0])
+    board.record(A, stats(0, "teacher"))
+    for k in (B, C):
+        assert board.admit(k, "10.0.0.9") == ""
+        board.record_progress(k, Progress("joining", name="idle"), own=False)
+    member = "9" * 32  # signs its own progress, not admitted
+    assert not board.record_progress(member, Progress("loading", name="real"))
+    now[0] = GRACE_S + 1
+    assert board.record_progress(member, Progress("loading", name="real"))
+    assert member in board.members and len(board.members) == 3

@@ -20,6 +20,7 @@ from scripted import Quiet, ScriptedBackend, make_cfg
 from sapo_edge.classroom.host import ClassHost, HostOptions
 from sapo_edge.classroom.join import Joined, JoinError, class_path, join_class
 from sapo_edge.swarm.identity import Identity
+from sapo_edge.swarm.stats import RoundStats
 from sapo_edge.trainer import Node
 
 FAST_NET = dict(heartbeat=0.5, handshake_timeout=2.0, reconnect_base=0.05, reconnect_max=0.3)
@@ -32,17 +33,18 @@ def fast(transport):
     return transport
 
 
-@pytest.fixture
-def host(tmp_path: Path):
+def class_host(tmp_path: Path, log=lambda _m: None, **opts) -> ClassHost:
     cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, rounds=10)
-    h = ClassHost(
-        cfg,
-        HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web=""),
-        identity=Identity.generate(),
-        log=lambda _m: None,
-    )
+    where = dict(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="")
+    h = ClassHost(cfg, HostOptions(**where, **opts), identity=Identity.generate(), log=log)
     h.start()
     fast(h.transport)
+    return h
+
+
+@pytest.fixture
+def host(tmp_path: Path):
+    h = class_host(tmp_path)
     yield h
     h.close()
 
@@ -463,7 +465,7 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         assert row.name == "ada" and row.rounds == 0 and row.recent_reward is None
         linked(j)
         assert host.describe().startswith(
-            "1 member · 1 linked directly (1 manual), 0 via the relay"
+            "1 of 256 members · 1 linked directly (1 manual), 0 via the relay"
         )
         # the student's header: the host, linked directly, is not "0 nodes heard" on the relay
         assert "1 peer connected (1 manual); relay up, 0 more heard through it" in (
@@ -661,7 +663,7 @@ def test_a_flood_of_fresh_identities_cannot_keep_a_later_student_off_the_board(
         row = _row(host, me)
         assert row.name == "ada" and row.received_here == host.cfg.questions_per_round
         assert len(host.board.members) == host.board.max_members
-        assert host.board.dropped["evicted_unverified"] == 1
+        assert host.board.dropped["evicted"] == 1
     finally:
         j.transport.close()
 
@@ -751,5 +753,116 @@ def test_a_slow_laptop_in_a_qwen_class_joins_with_lighter_work_and_is_told(tmp_p
         kept.transport.close()
         assert kept.cfg.model == "Qwen/Qwen2.5-0.5B-Instruct"
         assert not any("still shares" in n for n in kept.notes)
+    finally:
+        h.close()
+
+
+def test_a_flood_of_admissions_is_bounded_and_a_student_after_it_gets_a_row(tmp_path) -> None:
+    """Issue 44 #2, over the wire: a student with the code ran 300 real admissions from one
+    address, each with a fresh identity (10-24 a second): the code stayed live, "joining" rows
+    filled the board, an honest student who came next got no row, and the teacher's log got
+    300 "admitted" lines. Now one address has at most 16 admitted newcomers still to be heard
+    from, a code admits the class's size and no more, the teacher sees the class's size, and
+    rows that never did anything give way to a student who joins later."""
+    import time
+
+    from sapo_edge.classroom.board_seats import GRACE_S
+    from sapo_edge.swarm.admission import AdmissionError, join
+
+    lines: list[str] = []
+    h = class_host(tmp_path, log=lines.append, max_members=12)  # 11 students
+    try:
+        words, _, where = h.code.partition("@")
+
+        async def one(i: int) -> str:
+            try:
+                await join(where, words, timeout=60.0, who=(Identity.generate(), f"puppet{i}"))
+                return "admitted"
+            except AdmissionError as e:
+                return e.reason
+            except TimeoutError:
+                return "timeout"
+
+        async def flood() -> list[str]:
+            return list(await asyncio.gather(*(one(i) for i in range(40))))
+
+        got = asyncio.run(flood())
+        assert got.count("admitted") == 11, got  # the class's size, then nothing
+        assert set(got) <= {"admitted", "no_such_code", "class_full"}, got
+        assert sum("admitted a newcomer" in line for line in lines) == 11
+        assert any("used up" in line for line in lines)  # the view says to press n
+        assert len(h.board.members) == 11 and h.describe().startswith("11 of 12 members")
+        assert h.live_code() == ""
+        h.board.record(h.board.host_id, RoundStats(0, 0.5, 0, 0, 0, 0, {}, "t", "m", "t", "c"))
+        h.new_code()  # the teacher's n: a student comes while the puppets' seats are held
+        with pytest.raises(JoinError, match="full"):
+            student(h, tmp_path, "early")
+        later = time.time() + GRACE_S + 1  # two minutes on, the puppets never said a word
+        h.board.clock = lambda: later
+        ada = Identity.generate()
+        j = student(h, tmp_path, "ada", ada)
+        try:
+            assert _row(h, ada.node_id).state == "joining"
+            assert len(h.board.members) == 12 and h.board.dropped["evicted"] == 1
+        finally:
+            j.transport.close()
+    finally:
+        h.close()
+
+
+def test_vouched_sock_puppets_cannot_lock_a_student_out(tmp_path) -> None:
+    """Issue 44 #3, over the wire: puppets (with the room key) that each sent one valid batch
+    and one stats message through the relay were all "checked" and filled the board; an honest
+    student who shares batches and stats got no row, nor did one who only sends its progress.
+    A member the host admitted always gets a row."""
+    from swarm_util import connect, sealed
+
+    from sapo_edge.swarm.batches import seal
+    from sapo_edge.swarm.stats import make_stats
+
+    h = class_host(tmp_path, max_members=8)
+    try:
+        keys = h.transport.keys
+        relay = f"ws://127.0.0.1:{h.services.relay_port}"
+        assert h.transport.wait_for(lambda: f"relay:{relay}" in h.transport.connected(), 10)
+        puppets = [Identity.generate() for _ in range(8)]
+        fake = RoundStats(0, 1.0, 2, 0, 0, 0, {}, "puppet", "m", "torch", "cpu")
+
+        async def fill() -> None:
+            c = await connect(relay, Identity.generate(), keys, relay=True)
+            try:
+                for p in puppets:
+                    await c.send_sealed(sealed(p, keys))
+                    await c.send_sealed(seal(keys, make_stats(p, keys, fake)[0]))
+                await asyncio.to_thread(
+                    h.transport.wait_for,
+                    lambda: len(h.board.members) == 8
+                    and all(h.received_counts().get(p.node_id, 0) > 0 for p in puppets),
+                    10,
+                )
+            finally:
+                await c.close()
+
+        asyncio.run(fill())
+        assert len(h.board.members) == 8, (h.board.dropped, h.transport.counters)
+        ada, solo = student(h, tmp_path, "ada"), student(h, tmp_path, "solo")
+        node = node_of(ada.cfg, ada.transport, "ada", ada.callback(Quiet()))
+        solo.transport.progress_every, solo.transport.progress_repeat = 0.05, 0.3
+        ada.transport.start()
+        solo.start_network()  # its progress only: no batch, no round yet
+        try:
+            linked(ada)
+            node.run_round()  # shares its groups (the host verifies them), then its figures
+            me = ada.transport.ident.node_id
+            assert h.transport.wait_for(lambda: 0 in h.board.members.get(me, _NONE).rounds, 10)
+            assert h.transport.wait_for(
+                lambda: getattr(_row(h, solo.transport.ident.node_id), "state", "")
+                == "loading the model",
+                10,
+            )
+            assert len(h.board.members) == 8 and h.board.dropped["evicted"] == 2
+        finally:
+            ada.transport.close()
+            solo.transport.close()
     finally:
         h.close()

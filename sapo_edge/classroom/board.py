@@ -21,6 +21,7 @@ from ..swarm.progress import Progress
 from ..swarm.protocol import ProtocolError
 from ..swarm.stats import RoundStats
 from ..textsafe import clean
+from .board_matrix import given_by, learned_matrix
 from .board_rows import (
     ClassSnapshot,
     MemberRow,
@@ -28,6 +29,7 @@ from .board_rows import (
     display_names,
     mean_by_round,
 )
+from .board_seats import Seats
 
 CLASS_FILE = "class.jsonl"
 RECENT = 5  # "reward, last 5 rounds"
@@ -57,6 +59,7 @@ class _Member:
     learned: dict[str, list[int]] = field(default_factory=dict)  # producer -> [trained,
     # rewarded] over its rounds since the class began (kept as rounds arrive, not per snapshot)
     version: int = 0  # bumped on every change (the snapshot rebuilds only changed rows)
+    signed: bool = False  # something of its own arrived (not only the host's word: "joining")
 
     def claimed(self) -> Progress | RoundStats:
         """Its newest claim with a name, model and backend (a round's figures, or its progress)."""
@@ -75,11 +78,11 @@ class ClassBoard:
     gives the groups the host's own transport verified per node id; `on_change` is called after
     each record (from the recording thread).
 
-    Rows are first come, first served up to `max_members`, but identities are free to anyone
-    with the room key: on a full board, a member whose groups the host has verified takes the
-    row of the longest silent member the host never verified anything from (counted as
-    `evicted_unverified`), so a flood of fresh signed identities cannot keep the class's
-    students off the board (only the host's own transport's counts vouch: a claim cannot)."""
+    At most `max_members` rows (the host's included). Identities are free to anyone with the
+    room key, so on a full board a newcomer takes the row of the weakest member when it stands
+    above it (board_seats.py: admitted by the host, recent verified work, ...; counted as
+    `evicted`), else it is refused (`board_full`); admit() gives seats to newcomers that proved
+    the code, at most `max_members - 1`, so every member the host admitted has a row."""
 
     def __init__(
         self,
@@ -100,6 +103,7 @@ class ClassBoard:
         self.members: dict[str, _Member] = {}
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
+        self.seats = Seats(max_members - 1)
         self._lock = threading.Lock()
         self.version = 0  # bumped on every change
         self.rounds_version = 0  # bumped when rounds or rows change (not on progress)
@@ -113,9 +117,9 @@ class ClassBoard:
         """Keep one round's figures of `sender` (a later report of the same round replaces it);
         False when the board is full of other members."""
         at = self.clock() if at is None else at
-        vouched = self._vouched(sender)
+        received = self._received_for(sender)
         with self._lock:
-            m = self._row(sender, vouched)
+            m = self._row(sender, received)
             if m is None:
                 return False
             if m.records >= REPORTS_PER_ROUND * self.max_rounds:
@@ -154,39 +158,48 @@ class ClassBoard:
             self.on_change()
         return True
 
-    def _vouched(self, sender: str) -> dict[str, int] | None:
-        """The host's verified counts when `sender` would need a row on a full board and the
-        host has verified groups from it (else None); read before the board's lock is taken."""
+    def _received_for(self, sender: str) -> dict[str, int] | None:
+        """The host's verified counts when `sender` would need a row on a full board (else
+        None); read before the board's lock is taken."""
         if sender in self.members or len(self.members) < self.max_members or self.received is None:
             return None
         try:
-            received = self.received()
-        except Exception:  # noqa: BLE001 - a transport bug: first come, first served
+            return self.received()
+        except Exception:  # noqa: BLE001 - a transport bug: what else the host knows decides
             return None
-        return received if received.get(sender, 0) > 0 else None
 
-    def _row(self, sender: str, vouched: dict[str, int] | None = None) -> _Member | None:
-        """The sender's row, a new one when there is room (lock held); on a full board a sender
-        the host vouches for (`vouched`: the verified counts) takes the row of the longest
-        silent member it never verified anything from; None: no row for it."""
+    def _row(
+        self, sender: str, received: dict[str, int] | None = None, own: bool = True
+    ) -> _Member | None:
+        """The sender's row, a new one when there is room (lock held); on a full board the
+        weakest row's when the sender stands above it (board_seats.py), else None. `own`:
+        the sender's own word (not the host's "joining" for it)."""
         m = self.members.get(sender)
         if m is None:
             if len(self.members) >= self.max_members:
-                unverified = [
-                    x
-                    for k, x in self.members.items()
-                    if vouched is not None and k != self.host_id and vouched.get(k, 0) <= 0
-                ]
-                if not unverified:
+                now = self.clock()
+                if received is not None:
+                    self.seats.saw_work(received, now)
+                mine = self.seats.standing(sender, self.host_id, own, now)
+                theirs, gone = self.seats.weakest(self.members, self.host_id, now)
+                if theirs >= mine:
                     self.dropped["board_full"] += 1
                     return None
-                gone = min(unverified, key=lambda x: x.last_seen)
                 del self.members[gone.node_id]
                 self.total_rounds -= len(gone.rounds)
-                self.dropped["evicted_unverified"] += 1
+                self.dropped["evicted"] += 1
             m = self.members[sender] = _Member(sender, None)
             self.rounds_version += 1  # another set of rows: who learned from whom moves
+        if own:
+            m.signed = True
+            self.seats.heard(sender)
         return m
+
+    def admit(self, node_id: str | None, ip: str = "") -> str:
+        """A seat for a newcomer that proved the code (Admissions.seat): "" admits it, else
+        why not (`class_full`, `busy`: board_seats.py)."""
+        with self._lock:
+            return self.seats.admit(node_id, ip, self.clock())
 
     def _learn(self, m: _Member, old: RoundStats | None, new: RoundStats) -> None:
         """Keep m's learned-from counts as rounds arrive: a round reported again replaces its
@@ -206,13 +219,15 @@ class ClassBoard:
             pair[0] += t
             pair[1] += r
 
-    def record_progress(self, sender: str, progress: Progress, at: float | None = None) -> bool:
+    def record_progress(
+        self, sender: str, progress: Progress, at: float | None = None, own: bool = True
+    ) -> bool:
         """What `sender` says it is doing now (kept in memory only); False when the board is
-        full of other members."""
+        full of other members. `own`: False for the host's word for it ("joining")."""
         at = self.clock() if at is None else at
-        vouched = self._vouched(sender)
+        received = self._received_for(sender)
         with self._lock:
-            m = self._row(sender, vouched)
+            m = self._row(sender, received, own)
             if m is None:
                 return False
             if at >= m.progress_at:
@@ -279,6 +294,8 @@ class ClassBoard:
             except Exception:  # noqa: BLE001 - a transport bug must not take the view down
                 received = {}
         with self._lock:
+            if received:
+                self.seats.saw_work(received, self.clock())
             cached = self._cached
             if cached is None or cached[:2] != (self.version, matrix_members):
                 cached = self._cached = (
@@ -312,7 +329,7 @@ class ClassBoard:
         self._rows = fresh  # rows of members no longer here go
         key = (self.rounds_version, matrix_members)
         if self._exchange is None or self._exchange[0] != key:  # progress alone: kept
-            self._exchange = (key, self._given(members, ids), None, None, {})
+            self._exchange = (key, given_by(members, ids), None, None, {})
         given = self._exchange[1]
         names = display_names(members)
         rows, curves = [], {}
@@ -345,7 +362,7 @@ class ClassBoard:
             )
         _key, _given, matrix, matrix_ids, means = self._exchange
         if matrix is None:
-            matrix, matrix_ids = self._matrix(rows, members, matrix_members)
+            matrix, matrix_ids = learned_matrix(rows, self.members, matrix_members)
             self._exchange = (key, given, matrix, matrix_ids, means)
         roles = tuple(r.role for r in rows)  # a claimed role may change with a progress
         if roles not in means:
@@ -356,34 +373,3 @@ class ClassBoard:
             )
         mean, base = means[roles]
         return rows, curves, mean, base, matrix, matrix_ids
-
-    @staticmethod
-    def _given(members: list[_Member], ids: set[str]) -> dict[str, list[int]]:
-        """Per producer on the board: [groups others trained on, of those rewarded]."""
-        given: dict[str, list[int]] = {}
-        for m in members:
-            for producer, (t, r) in m.learned.items():
-                if producer != m.node_id and producer in ids:
-                    pair = given.setdefault(producer, [0, 0])
-                    pair[0] += t
-                    pair[1] += r
-        return given
-
-    def _matrix(
-        self, rows: list[MemberRow], members: list[_Member], matrix_members: int | None
-    ) -> tuple[dict[str, dict[str, tuple[int, int]]], list[str]]:
-        """Who learned from whom among the `matrix_members` most exchanging members."""
-        active = [row for row in rows if row.rounds]
-        if matrix_members is not None and len(active) > matrix_members:  # the most exchanged
-            by = {m.node_id: sum(t for t, _ in m.learned.values()) for m in members}
-            keep = sorted(active, key=lambda r: -(r.used_by_others + by[r.node_id]))
-            keep_ids = {r.node_id for r in keep[:matrix_members]}
-            active = [r for r in active if r.node_id in keep_ids]
-        matrix_ids = [r.node_id for r in active]
-        shown = set(matrix_ids)
-        matrix: dict[str, dict[str, tuple[int, int]]] = {}
-        for learner in (self.members[k] for k in matrix_ids):
-            for producer, (t, r) in learner.learned.items():
-                if producer in shown and producer != learner.node_id and t:
-                    matrix.setdefault(producer, {})[learner.node_id] = (t, r)
-        return matrix, matrix_ids

@@ -17,6 +17,7 @@ from .report import end_of_class
 from .settings import LOCAL_FIELDS
 
 CLASS_DEFAULT = {"preset": "addition", "model": "smollm2-135m"}
+MAX_CLASS = 1024  # --max-members at most
 
 
 def _say(text: str) -> None:
@@ -56,6 +57,11 @@ def host_command(
         raise ConfigError(f"--relay-port {args.relay_port}: use a port between 1 and 65535.")
     if not args.code_minutes > 0:
         raise ConfigError(f"--code-minutes {args.code_minutes}: use a positive number of minutes.")
+    if not 2 <= args.max_members <= MAX_CLASS:
+        raise ConfigError(
+            f"--max-members {args.max_members}: use a class size between 2 and {MAX_CLASS} "
+            "(this laptop included), e.g. --max-members 31 for 30 students."
+        )
     web_host, _, web_port = args.web.rpartition(":")
     web_host = web_host.removeprefix("[").removesuffix("]")  # [::1]:7746
     if not args.no_web and not (
@@ -94,6 +100,7 @@ def host_command(
         web=web,
         train=args.train,
         code_minutes=args.code_minutes,
+        max_members=args.max_members,
     )
     host = ClassHost(cfg, opts, log=_say).start()
     print(f"sapo-edge: the class's run folder: {cfg.out_dir}", file=sys.stderr)
@@ -309,6 +316,14 @@ def add_commands(sub: Any, add_config_flags: Any) -> None:
         type=float,
         default=240.0,
         help="how long a join code is good for (default 240; n in the view makes a new one)",
+    )
+    host.add_argument(
+        "--max-members",
+        type=int,
+        default=256,
+        metavar="N",
+        help="the class's size, this laptop included (default 256): the code admits no more, "
+        "and the class view shows how many are in",
     )
     add_config_flags(host, "run")
     join = sub.add_parser(

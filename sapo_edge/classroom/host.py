@@ -42,6 +42,7 @@ class HostOptions:
     web: str = "127.0.0.1:7746"  # the projector page ("": none)
     train: bool = True  # this laptop trains as a member too
     code_minutes: float = 240.0
+    max_members: int = 256  # the class's size: rows on the board, this laptop's included
     mdns_interfaces: list[str] | None = None  # tests: ["127.0.0.1"]
 
 
@@ -97,6 +98,7 @@ class ClassHost:
         self.services: HostServices | None = None
         self.board: ClassBoard | None = None
         self.admissions: Admissions | None = None
+        self._said_full = -1e9  # when the log last said the class is full
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ClassHost:
@@ -120,7 +122,9 @@ class ClassHost:
             Grant(room, key, self.cfg.relay),
             ttl_s=self.opts.code_minutes * 60.0,
             max_failures=MAX_WRONG_CODES,
+            max_newcomers=self.opts.max_members - 1,  # a code admits a class, not a crowd
             log=self.log,
+            seat=self._seat,
         )
         web_host, _, web_port = self.opts.web.rpartition(":")
         self.services = HostServices(
@@ -150,7 +154,10 @@ class ClassHost:
             log=self.log,
         )
         self.board = ClassBoard(
-            self.out_dir / CLASS_FILE, host_id=ident.node_id, received=self.received_counts
+            self.out_dir / CLASS_FILE,
+            host_id=ident.node_id,
+            received=self.received_counts,
+            max_members=self.opts.max_members,
         )
         self.transport.on_stats = self.board.on_stats
         self.admissions.on_admitted = self._admitted
@@ -219,7 +226,22 @@ class ClassHost:
         signed progress takes over within seconds; a row that stays "joining" is a laptop
         that got in but reaches the class by no path)."""
         if self.board is not None and node_id != self.board.host_id:
-            self.board.record_progress(node_id, Progress("joining", name=printable(name, 40)))
+            joining = Progress("joining", name=printable(name, 40))
+            self.board.record_progress(node_id, joining, own=False)
+
+    def _seat(self, node_id: str | None, ip: str) -> str:
+        """Admissions.seat: a newcomer proved the code; "" gives it a seat on the board."""
+        if self.board is None:
+            return ""
+        reason = self.board.admit(node_id, ip)
+        now = time.monotonic()
+        if reason == "class_full" and now - self._said_full > 10.0:  # one line in 10 s
+            self._said_full = now
+            self.log(
+                f"the class is full ({self.opts.max_members} members with this laptop): a "
+                f"newcomer from {ip} was refused (sapo-edge host --max-members N sets the size)"
+            )
+        return reason
 
     # ------------------------------------------------------------------ the code
     def new_code(self) -> str:
@@ -268,12 +290,12 @@ class ClassHost:
         return {p.node_id: p.accepted for p in self.transport.peers()}
 
     def describe(self) -> str:
-        """'4 members · 2 linked directly (2 lan), 1 via the relay · relay up' for the header:
-        the members on the board, and the paths that carry them (every count from the same
+        """'4 of 30 members · 2 linked directly (2 lan), 1 via the relay · relay up' for the
+        header: the members on the board (of the class's size), and the paths that carry them (every count from the same
         moment: a member linked directly is not also counted as heard through the relay)."""
         t = self.transport
         n = len(self.board.members) if self.board is not None else 0
-        members = f"{n} member{'s' if n != 1 else ''}"
+        members = f"{n} of {self.opts.max_members} members"
         if t is None or self.board is None:
             return f"{members} · not started"
         recent = time.time() - 300.0

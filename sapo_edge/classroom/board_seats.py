@@ -1,0 +1,94 @@
+"""Who holds a row on the class's board, by what the host knows rather than who came first: the
+host; members it admitted with the code (a seat each, the class's size at most, so every one of
+them has a row); then members whose groups it verified lately, or ever; members that signed
+anything; last, rows that never did anything. Identities are free to anyone with the room key,
+admissions are not: a code holder gets a seat per admission, bounded per address and by the
+class's size, and a seat that never did anything lapses when another newcomer needs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GRACE_S = 120.0  # an admitted newcomer holds its seat this long before it does anything
+RECENT_WORK_S = 600.0  # verified groups within this long count as recent work
+WAITING_PER_ADDRESS = 16  # admitted, not yet heard from: at most this many per address
+HOST, ADMITTED, RECENT_WORK, WORKED, SIGNED, NOTHING = 5, 4, 3, 2, 1, 0  # a row's standing
+
+
+@dataclass
+class Seat:
+    at: float  # when the host admitted it
+    ip: str
+    acted: bool = False  # its own signed figures or progress arrived, or its groups
+
+
+class Seats:
+    """The host's admitted members and the verified work it saw, for the board's rows; used by
+    ClassBoard with its lock held. `students`: the seats (the class's size, the host's own row
+    not counted)."""
+
+    def __init__(self, students: int) -> None:
+        self.students = students
+        self.admitted: dict[str, Seat] = {}
+        self.work: dict[str, tuple[int, float]] = {}  # node id -> (verified groups, when it grew)
+
+    def admit(self, node_id: str | None, ip: str, now: float) -> str:
+        """A seat for a newcomer that proved the code ("" admits it; `class_full`, `busy`);
+        None: it said nothing of who it is (admitted while there is room, without a seat)."""
+        seat = self.admitted.get(node_id) if node_id is not None else None
+        if seat is not None:  # it joins again (a restart): its seat is still its own
+            if not seat.acted:
+                seat.at, seat.ip = now, ip
+            return ""
+        waiting = [s for s in self.admitted.values() if not s.acted and now - s.at < GRACE_S]
+        if sum(1 for s in waiting if s.ip == ip) >= WAITING_PER_ADDRESS:
+            return "busy"
+        if len(self.admitted) >= self.students:
+            idle = [k for k, s in self.admitted.items() if not s.acted and now - s.at >= GRACE_S]
+            if not idle:
+                return "class_full"
+            del self.admitted[min(idle, key=lambda k: self.admitted[k].at)]  # its seat lapses
+        if node_id is not None:
+            self.admitted[node_id] = Seat(now, ip)
+        return ""
+
+    def heard(self, node_id: str) -> None:
+        """`node_id` sent something of its own (signed) or the host verified its groups."""
+        seat = self.admitted.get(node_id)
+        if seat is not None:
+            seat.acted = True
+
+    def saw_work(self, received: dict[str, int], now: float) -> None:
+        """The host's verified counts (cumulative): when each one last grew."""
+        for node_id, n in received.items():
+            had = self.work.get(node_id)
+            if n > 0 and (had is None or n > had[0]):
+                self.work[node_id] = (n, now)
+                self.heard(node_id)
+        while len(self.work) > 8 * max(256, self.students):  # ids that left long ago
+            del self.work[min(self.work, key=lambda k: self.work[k][1])]
+
+    def standing(self, node_id: str, host_id: str, signed: bool, now: float) -> int:
+        """How strongly a row is held (higher keeps it): `signed`, it sent something of its own."""
+        if node_id == host_id:
+            return HOST
+        seat = self.admitted.get(node_id)
+        if seat is not None and (seat.acted or now - seat.at < GRACE_S):
+            return ADMITTED
+        n, at = self.work.get(node_id, (0, 0.0))
+        if n > 0:
+            return RECENT_WORK if now - at < RECENT_WORK_S else WORKED
+        return SIGNED if signed else NOTHING
+
+    def weakest(self, members: dict[str, Any], host_id: str, now: float) -> tuple[int, Any]:
+        """(standing, member) of the row to give up first: the lowest standing, then the
+        longest silent."""
+        best: tuple[int, float, Any] | None = None
+        for k, m in members.items():
+            key = (self.standing(k, host_id, m.signed, now), m.last_seen, m)
+            if best is None or key[:2] < best[:2]:
+                best = key
+        assert best is not None
+        return best[0], best[2]
