@@ -1,7 +1,7 @@
 """A recorded class for the class view's tests (snapshot, projector page, report): a host, two
 students, a solo baseline and a member whose name is hostile markup, over eight rounds, then a
-student who has just joined (loading its model: progress only), with a fixed clock, so pictures
-of it are stable."""
+student who has just joined (loading its model: progress only), everyone but the host admitted
+with the code, with a fixed clock, so pictures of it are stable."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def recorded_board(path: Path | None = None) -> ClassBoard:
     board = ClassBoard(
         path, host_id=HOST, received=lambda: {ADA: 28, BOB: 24, EVIL: 6}, clock=lambda: clock[0]
     )
+    board.admissions_known = True  # the host admitted each of them with the code
+    for i, node_id in enumerate((ADA, BOB, SOLO, EVIL, CY)):
+        board.admit(node_id, f"192.168.1.{30 + i}")
     people = [
         (HOST, "teacher", "member", 0.10, 0.05),
         (ADA, "ada", "member", 0.15, 0.07),

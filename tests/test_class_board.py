@@ -295,3 +295,26 @@ def test_rows_that_never_did_anything_keep_out_no_one() -> None:
     now[0] = GRACE_S + 1
     assert board.record_progress(member, Progress("loading", name="real"))
     assert member in board.members and len(board.members) == 3
+
+
+def test_the_report_draws_the_mean_and_the_baseline_as_the_view_does(tmp_path) -> None:
+    """Issue 44 #6: the class's mean comes from members whose groups the host verified, the
+    baseline from baselines it admitted (class.jsonl keeps whom it admitted, so the report
+    read back from it draws the same curves); a claim past the class's reward is refused."""
+    path = tmp_path / "class.jsonl"
+    board = ClassBoard(path, host_id=A, received=lambda: {B: 3}, max_reward=1.0)
+    board.admissions_known = True
+    for k in (B, C):
+        assert board.admit(k, "192.168.1.9") == ""
+    board.record(A, stats(0, "teacher", reward=0.5))
+    board.record(B, stats(0, "bob", reward=0.3))
+    board.record(C, stats(0, "solo", reward=0.2, role="baseline"))
+    liar, liar2 = "d" * 32, "e" * 32  # never verified, never admitted: claims only
+    assert not board.record(liar, stats(0, "liar", reward=1.5))  # past this class's reward
+    board.record(liar, stats(0, "liar", reward=1.0))
+    board.record(liar2, stats(0, "liar2", reward=0.0, role="baseline"))
+    view = board.snapshot()
+    assert len(view.members) == 5 and board.dropped["reward_out_of_range"] == 1
+    assert view.swarm_mean == [(1, 0.4)] and view.baseline == [(1, 0.2)]
+    report = ClassBoard.load(path, host_id=A, received={B: 3}).snapshot()
+    assert (report.swarm_mean, report.baseline) == (view.swarm_mean, view.baseline)

@@ -53,6 +53,7 @@ def host(tmp_path: Path):
     recorded = recorded_board()
     h.board.members, h.board.clock = recorded.members, recorded.clock
     h.board.received, h.board.host_id = recorded.received, recorded.host_id
+    h.board.seats = recorded.seats  # whom it admitted
     h.task = TASK
     h.code = CODE  # the picture shows a classroom address, not this test's loopback one
     words = CODE.partition("@")[0]  # and CODE admits, as the code on a host's page does

@@ -57,10 +57,11 @@ def host(tmp_path: Path):
     )
     h.start()
     recorded = recorded_board(h.out_dir / "class.jsonl")  # as if the class had run
-    h.board.members, h.board.clock, h.board.host_id = (
+    h.board.members, h.board.clock, h.board.host_id, h.board.seats = (
         recorded.members,
         recorded.clock,
         recorded.host_id,
+        recorded.seats,
     )
     h.task = TASK
     yield h

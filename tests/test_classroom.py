@@ -138,7 +138,9 @@ def test_a_class_joins_by_code_trains_on_each_other_and_the_board_shows_it(host,
         assert rows[students[2].node_id].used_by_others == 0  # ...so its groups teach nobody
         assert rows[students[0].node_id].aha == 0  # it always has a right one itself
         assert [r for r, _ in snap.swarm_mean] == [1, 2, 3] and snap.baseline == []
-        assert (host.out_dir / "class.jsonl").read_text().count("\n") == 12
+        lines = (host.out_dir / "class.jsonl").read_text().splitlines()
+        assert sum('"stats"' in line for line in lines) == 12  # and whom the host admitted:
+        assert sum('"admitted"' in line for line in lines) == 3  # a baseline counts only then
         assert class_view_rows(host) == {
             ("teacher (host)", "3", "6"),
             ("ada", "3", "6"),
@@ -836,8 +838,10 @@ def test_vouched_sock_puppets_cannot_lock_a_student_out(tmp_path) -> None:
                     await c.send_sealed(seal(keys, make_stats(p, keys, fake)[0]))
                 await asyncio.to_thread(
                     h.transport.wait_for,
-                    lambda: len(h.board.members) == 8
-                    and all(h.received_counts().get(p.node_id, 0) > 0 for p in puppets),
+                    lambda: (
+                        len(h.board.members) == 8
+                        and all(h.received_counts().get(p.node_id, 0) > 0 for p in puppets)
+                    ),
                     10,
                 )
             finally:
@@ -856,8 +860,10 @@ def test_vouched_sock_puppets_cannot_lock_a_student_out(tmp_path) -> None:
             me = ada.transport.ident.node_id
             assert h.transport.wait_for(lambda: 0 in h.board.members.get(me, _NONE).rounds, 10)
             assert h.transport.wait_for(
-                lambda: getattr(_row(h, solo.transport.ident.node_id), "state", "")
-                == "loading the model",
+                lambda: (
+                    getattr(_row(h, solo.transport.ident.node_id), "state", "")
+                    == "loading the model"
+                ),
                 10,
             )
             assert len(h.board.members) == 8 and h.board.dropped["evicted"] == 2
@@ -866,3 +872,79 @@ def test_vouched_sock_puppets_cannot_lock_a_student_out(tmp_path) -> None:
             solo.transport.close()
     finally:
         h.close()
+
+
+def test_claims_cannot_poison_the_class_mean_or_the_baseline(host, tmp_path) -> None:
+    """Issue 44 #6: 80 identities that never sent a batch the host checked claimed reward 10.0
+    as members and 0.0 as baselines: the class mean read 9.34 against a baseline of 0.01
+    (honest: 0.50 and 0.50). A claim is bounded by the class's reward (1 + its format bonus;
+    2.0 on the wire), and the class's mean is drawn from members whose groups the host
+    verified, the baseline from baselines the host admitted; the claims stay in their rows."""
+    from swarm_util import connect
+
+    from sapo_edge.swarm.batches import seal
+    from sapo_edge.swarm.stats import make_stats
+
+    keys = host.transport.keys
+    relay = f"ws://127.0.0.1:{host.services.relay_port}"
+    assert host.transport.wait_for(lambda: f"relay:{relay}" in host.transport.connected(), 10)
+    ada = student(host, tmp_path, "ada")
+    solo = join_class(
+        host.code,
+        dict(out_dir=str(tmp_path / "solo"), name="solo", listen="127.0.0.1:0", mdns=False),
+        baseline=True,
+        identity=Identity.generate(),
+        log=lambda _m: None,
+    )
+    fast(solo.transport)
+    nodes = [node_of(j.cfg, j.transport, j.cfg.name, j.callback(Quiet())) for j in (ada, solo)]
+    for j in (ada, solo):
+        j.transport.start()
+    try:
+        linked(ada)
+        for n in nodes:
+            n.run_round()
+        ids = [j.transport.ident.node_id for j in (ada, solo)]
+        assert host.transport.wait_for(
+            lambda: all(0 in host.board.members.get(k, _NONE).rounds for k in ids)
+            and host.received_counts().get(ids[0], 0) > 0,  # ada's groups: verified here
+            10,
+        )
+        honest = host.board.snapshot()
+        mean, base = honest.swarm_mean, honest.baseline
+        assert len(mean) == 1 and len(base) == 1  # ada's round, solo's round
+
+        def claim(reward: float, role: str) -> bytes:
+            fake = RoundStats(0, reward, 0, 0, 0, 0, {}, "fake", "m", "torch", "cpu", role)
+            return seal(keys, make_stats(Identity.generate(), keys, fake)[0])
+
+        async def lie() -> None:
+            clients = [
+                await connect(relay, Identity.generate(), keys, relay=True) for _ in range(2)
+            ]
+            try:
+                for i in range(80):
+                    c = clients[i % 2]
+                    await c.send_sealed(claim(1.0, "member"))  # the class's top: a claim
+                    await c.send_sealed(claim(0.0, "baseline"))
+                    if i % 20 == 0:
+                        await c.send_sealed(claim(10.0, "member"))  # past any reward
+                        await c.send_sealed(claim(1.5, "member"))  # past this class's
+                await asyncio.to_thread(
+                    host.transport.wait_for,
+                    lambda: host.transport.counters["stats_delivered"] >= 2 + 160 + 4,
+                    20,
+                )
+            finally:
+                for c in clients:
+                    await c.close()
+
+        asyncio.run(lie())
+        snap = host.board.snapshot()
+        assert snap.swarm_mean == mean and snap.baseline == base
+        assert len(snap.members) == 2 + 160  # the claims are in their rows, as claims
+        assert host.transport.counters["rejected:stats_bad_value"] >= 4  # 10.0: refused
+        assert host.board.dropped["reward_out_of_range"] == 4  # 1.5 with no format bonus
+    finally:
+        for j in (ada, solo):
+            j.transport.close()

@@ -21,6 +21,7 @@ from sapo_edge.swarm.protocol import MAX_STATS_BYTES, ProtocolError, Stats, pars
 from sapo_edge.swarm.roomkey import new_room_key
 from sapo_edge.swarm.stats import (
     MAX_PRODUCERS,
+    MAX_REWARD,
     RoundStats,
     make_progress,
     make_stats,
@@ -85,7 +86,7 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cf", "Cs
 @settings(max_examples=200, deadline=None)
 @given(
     round_=st.integers(0, 100_000),
-    reward=st.floats(0, 10, allow_nan=False),
+    reward=st.floats(0, MAX_REWARD, allow_nan=False),
     counts=st.lists(st.integers(0, 1000), min_size=4, max_size=4),
     learned=st.dictionaries(
         st.text("0123456789abcdef", min_size=32, max_size=32),

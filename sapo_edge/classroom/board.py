@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..swarm.progress import Progress
-from ..swarm.protocol import ProtocolError
-from ..swarm.stats import RoundStats
+from ..swarm.stats import MAX_REWARD, RoundStats
 from ..textsafe import clean
 from .board_matrix import given_by, learned_matrix
 from .board_rows import (
@@ -93,11 +92,14 @@ class ClassBoard:
         max_members: int = 256,
         max_rounds: int = MAX_ROUNDS,
         max_total_rounds: int = MAX_TOTAL_ROUNDS,
+        max_reward: float = MAX_REWARD,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path, self.host_id, self.received = path, host_id, received
         self.max_members, self.max_rounds, self.clock = max_members, max_rounds, clock
-        self.max_total_rounds = max_total_rounds
+        self.max_total_rounds, self.max_reward = max_total_rounds, max_reward  # the class's
+        # reward at most: 1 + its format bonus (a claim above it is refused, counted)
+        self.admissions_known = False  # the host's admissions are here (live, or saved)
         self.max_member_bytes = MEMBER_FILE_BYTES
         self.total_rounds = 0  # rounds kept, all members together
         self.members: dict[str, _Member] = {}
@@ -117,6 +119,9 @@ class ClassBoard:
         """Keep one round's figures of `sender` (a later report of the same round replaces it);
         False when the board is full of other members."""
         at = self.clock() if at is None else at
+        if not 0.0 <= stats.reward <= self.max_reward:
+            self.dropped["reward_out_of_range"] += 1
+            return False
         received = self._received_for(sender)
         with self._lock:
             m = self._row(sender, received)
@@ -199,7 +204,16 @@ class ClassBoard:
         """A seat for a newcomer that proved the code (Admissions.seat): "" admits it, else
         why not (`class_full`, `busy`: board_seats.py)."""
         with self._lock:
-            return self.seats.admit(node_id, ip, self.clock())
+            now = self.clock()
+            new = node_id is not None and node_id not in self.seats.admitted
+            reason = self.seats.admit(node_id, ip, now)
+            if new and not reason and self.path is not None:  # for the report's baseline
+                try:
+                    with open(self.path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps({"at": now, "admitted": node_id}) + "\n")
+                except OSError:
+                    self.dropped["unsaved"] += 1
+            return reason
 
     def _learn(self, m: _Member, old: RoundStats | None, new: RoundStats) -> None:
         """Keep m's learned-from counts as rounds arrive: a round reported again replaces its
@@ -266,21 +280,10 @@ class ClassBoard:
     def load(
         cls, path: Path, host_id: str = "", received: dict[str, int] | None = None
     ) -> ClassBoard:
-        """A board from a class.jsonl (for `sapo-edge report`); unreadable lines are counted.
-        `received`: the host's verified counts (members it vouches for keep their rows)."""
-        board = cls(None, host_id=host_id, received=None if received is None else lambda: received)
-        with open(path, encoding="utf-8", errors="replace") as f:  # a torn byte: its line only
-            for line in f:
-                try:
-                    obj = json.loads(line)
-                    sender = obj["sender"]
-                    if not (isinstance(sender, str) and len(sender) == 32):
-                        raise ValueError("sender")
-                    board.record(sender, RoundStats.from_json(obj["stats"]), float(obj["at"]))
-                except (ValueError, KeyError, TypeError, ProtocolError):
-                    board.dropped["unreadable"] += 1
-        board.path = path
-        return board
+        """A board from a class.jsonl (for `sapo-edge report`): board_file.py."""
+        from .board_file import load_board
+
+        return load_board(cls, path, host_id, received)
 
     # ------------------------------------------------------------------ reading
     def snapshot(self, matrix_members: int | None = MATRIX_MEMBERS) -> ClassSnapshot:
@@ -293,17 +296,19 @@ class ClassBoard:
                 received = self.received()
             except Exception:  # noqa: BLE001 - a transport bug must not take the view down
                 received = {}
+        verified = None if self.received is None else frozenset(k for k, n in received.items() if n)
         with self._lock:
             if received:
                 self.seats.saw_work(received, self.clock())
             cached = self._cached
-            if cached is None or cached[:2] != (self.version, matrix_members):
+            if cached is None or cached[:3] != (self.version, matrix_members, verified):
                 cached = self._cached = (
                     self.version,
                     matrix_members,
-                    *self._figures(matrix_members),
+                    verified,
+                    *self._figures(matrix_members, verified),
                 )
-        _v, _b, rows, curves, mean, base, matrix, matrix_ids = cached
+        _v, _b, _f, rows, curves, mean, base, matrix, matrix_ids = cached
         if self.received is not None:  # the host's counts move without the board changing
             rows = [
                 replace(r, received_here=None if r.is_host else int(received.get(r.node_id, 0)))
@@ -313,8 +318,11 @@ class ClassBoard:
             rows, curves, mean, base, matrix, self.clock(), matrix_ids, self.version
         )
 
-    def _figures(self, matrix_members: int | None) -> tuple[Any, ...]:
-        """Rows (received_here left to the caller), curves, means, matrix (lock held)."""
+    def _figures(self, matrix_members: int | None, verified: frozenset | None) -> tuple[Any, ...]:
+        """Rows (received_here left to the caller), curves, means, matrix (lock held). The
+        class's mean is drawn from the host and the members whose groups it verified (all,
+        without its counts), the baseline from baselines it admitted (all, without its
+        admissions): a claim alone moves neither."""
         members = list(self.members.values())
         ids = {m.node_id for m in members}
         parts: dict[str, RowParts] = {}
@@ -364,12 +372,20 @@ class ClassBoard:
         if matrix is None:
             matrix, matrix_ids = learned_matrix(rows, self.members, matrix_members)
             self._exchange = (key, given, matrix, matrix_ids, means)
-        roles = tuple(r.role for r in rows)  # a claimed role may change with a progress
-        if roles not in means:
+        admitted = frozenset(self.seats.admitted) if self.admissions_known else None
+        which = (tuple(r.role for r in rows), verified, admitted)  # a role may change
+        if which not in means:
+            counted = [
+                r
+                for r in rows
+                if r.is_host
+                or (r.role == "baseline" and (admitted is None or r.node_id in admitted))
+                or (r.role != "baseline" and (verified is None or r.node_id in verified))
+            ]
             means.clear()
-            means[roles] = (
-                mean_by_round(rows, curves, "member"),
-                mean_by_round(rows, curves, "baseline"),
+            means[which] = (
+                mean_by_round(counted, curves, "member"),
+                mean_by_round(counted, curves, "baseline"),
             )
-        mean, base = means[roles]
+        mean, base = means[which]
         return rows, curves, mean, base, matrix, matrix_ids

@@ -158,7 +158,9 @@ class ClassHost:
             host_id=ident.node_id,
             received=self.received_counts,
             max_members=self.opts.max_members,
+            max_reward=1.0 + self.cfg.format_reward,  # the class's reward at most
         )
+        self.board.admissions_known = True  # its mean and baseline: verified or admitted only
         self.transport.on_stats = self.board.on_stats
         self.admissions.on_admitted = self._admitted
         try:

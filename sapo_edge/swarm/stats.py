@@ -27,7 +27,7 @@ ROLES = ("member", "baseline")  # baseline: trains alone (J=0) as the class's so
 MAX_PRODUCERS = 64  # producers one round's "learned from" may name
 ROUNDS_PER_MESSAGE = 8  # a message repeats up to this many recent rounds (the newest last)
 MAX_COUNT = 100_000  # any count in one round's figures
-MAX_REWARD = 10.0  # rewards are in [0, 1 + format bonus]; anything far above is a lie or a bug
+MAX_REWARD = 2.0  # rewards are in [0, 1 + format bonus] and the bonus is at most 1 (rewards.py)
 _STATS = {
     "round": ("int", 0),
     "reward": ("float", 0),
