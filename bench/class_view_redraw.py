@@ -1,5 +1,6 @@
 """How long the class view's UI thread spends redrawing a class of N members (a benchmark, not a
-test): the first draw, a member's new round, everyone's progress, and the "seen" tick, each
+test): the first draw, a member's new round, everyone's progress, the "seen" tick, and the same
+class again (what the harness and an unchanged screen cost), each
 timed on the UI thread (the handler and the screen's repaint: wall clock and the thread's CPU time), optionally
 beside busy loops. Usage: `.venv/bin/python bench/class_view_redraw.py [--members 256]
 [--busy 1] [--repeats 5] [--size 160x50]`; prints one line per kind of redraw (median and max).
@@ -131,6 +132,7 @@ async def measure(args: argparse.Namespace) -> dict[str, list[tuple[float, float
             now[0] += 10
             board.record_progress(ids[1], Progress("training", args.rounds, 20, 1, 4))
             await draw("the seen tick")
+            await draw("nothing new (the floor)")
     return took
 
 

@@ -109,7 +109,7 @@ class MembersTable(KeyedTable):
 
     def __init__(self, **kw) -> None:
         super().__init__(cursor_type="none", zebra_stripes=True, **kw)
-        self._made: dict[str, tuple[tuple, list[Any]]] = {}  # node id -> (what, its cells)
+        self._made: dict[str, tuple[tuple, tuple, list[Any]]] = {}  # id -> (what, when, cells)
 
     def on_mount(self) -> None:
         self.border_title = (
@@ -128,12 +128,16 @@ class MembersTable(KeyedTable):
         columns = {c: c for c in self.COLUMNS if with_model or c != "model"}
         rows, made = {}, {}
         for m in snap.members:  # a row's cells are made again only when what they show moved
-            what = (m, width, with_model, ago(snap.now - m.last_seen), _quiet(m, snap.now))
+            what, when = (m, width, with_model), (ago(snap.now - m.last_seen), _quiet(m, snap.now))
             had = self._made.get(m.node_id)
-            cells = had[1] if had is not None and had[0] == what else None
-            if cells is None:
+            if had is None or had[0] != what:
                 cells = _member_cells(m, snap.now, width, with_model)
-            rows[m.node_id], made[m.node_id] = cells, (what, cells)
+            elif had[1] != when:  # only time went by: "doing" (quiet?) and "seen"
+                cells = list(had[2])
+                cells[1], cells[-1] = _doing(m, snap.now), Text(when[0])
+            else:
+                cells = had[2]
+            rows[m.node_id], made[m.node_id] = cells, (what, when, cells)
         self._made = made
         if not rows:
             blank = [""] * (len(columns) - 2)

@@ -13,6 +13,8 @@ from textual.widgets import DataTable
 
 def same(a: Any, b: Any) -> bool:
     """The same cell on screen (Text compares by identity: compare its text and style)."""
+    if a is b:
+        return True
     if isinstance(a, Text) and isinstance(b, Text):
         return a.plain == b.plain and a.style == b.style and a.spans == b.spans
     return type(a) is type(b) and a == b
@@ -32,6 +34,7 @@ class KeyedTable(DataTable):
         self._columns: dict[str, Any] = {}  # column key -> label, as laid out
         self._widths: list[int] = []
         self._shown: dict[str, list[Any]] = {}  # row key -> its cells, in table order
+        self._given: dict[str, list[Any]] = {}  # row key -> the list it was last given
         self.rebuilds = 0  # full rebuilds (the tests count them)
 
     def show_rows(
@@ -44,8 +47,16 @@ class KeyedTable(DataTable):
         whose width would otherwise move with every redraw: another rebuild each time)."""
         least = least or {}
         widths = [max(width_of(label), least.get(k, 0)) for k, label in columns.items()]
-        for cells in rows.values():
-            widths = [max(w, width_of(c)) for w, c in zip(widths, cells, strict=True)]
+        kept = list(columns) == list(self._columns)
+        if kept:  # a row given the same list as last time is as shown: measured then
+            widths = [max(w, had) for w, had in zip(widths, self._widths, strict=True)]
+        for key, cells in rows.items():
+            had = self._given.get(key) if kept else None
+            if had is cells:
+                continue
+            for i, c in enumerate(cells):  # only cells it was not given last time
+                if had is None or had[i] is not c:
+                    widths[i] = max(widths[i], width_of(c))
         if (
             list(columns) != list(self._columns)
             or any(
@@ -59,8 +70,12 @@ class KeyedTable(DataTable):
         for gone in [k for k in self._shown if k not in rows]:
             self.remove_row(gone)
             del self._shown[gone]
+            self._given.pop(gone, None)
         for key, cells in rows.items():
             had = self._shown.get(key)
+            if had is not None and self._given.get(key) is cells:
+                continue
+            self._given[key] = cells
             if had is None:
                 self.add_row(*cells, key=key)
                 self._shown[key] = list(cells)
@@ -88,3 +103,4 @@ class KeyedTable(DataTable):
             self.add_row(*cells, key=key)
         self._columns, self._widths = dict(columns), widths
         self._shown = {k: list(cells) for k, cells in rows.items()}
+        self._given = dict(rows)
