@@ -79,11 +79,11 @@ class JoinPanel(Horizontal):
         self.query_one("#join-qr", Static).update(Text("\n".join(qr), style="black on white"))
 
     def show_none(self, page: str) -> None:
-        """No code admits anyone now (it expired, or wrong tries retired it)."""
+        """No code admits anyone now (it expired, wrong tries retired it, or it is used up)."""
         self.query_one("#join-big", Static).update(Text("no valid join code", style="bold"))
         small = Text(
-            "The code expired, or wrong tries retired it: press n for a new one "
-            "(members already in stay in)."
+            "The code expired, wrong tries retired it, or it admitted the class's size: press "
+            "n for a new one (members already in stay in)."
         )
         if page:
             small.append(f"\nprojector page: {clean(page, 120)}")
