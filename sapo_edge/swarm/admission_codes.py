@@ -132,11 +132,8 @@ class Admissions:
         revoking the old code by its text cannot remove the new one). Wrong tries at the number
         before this code existed do not count against it."""
         self._expire()
-        free = [
-            str(n)
-            for n in range(1, MAX_NUMBER + 1)
-            if str(n) not in self.codes and str(n) not in self.retired
-        ]
+        taken = set(self.codes) | set(self.retired)
+        free = [str(n) for n in range(1, MAX_NUMBER + 1) if str(n) not in taken]
         if not free:
             raise RuntimeError(f"{MAX_NUMBER} admission codes are open at once; revoke some.")
         n = secrets.choice(free)
