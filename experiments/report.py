@@ -23,13 +23,19 @@ from sapo_edge.metrics import read_rewards  # noqa: E402
 WINDOW = 3  # moving average over rounds in the plot
 
 
+SPLITS = ("8/0", "6/2", "4/4", "2/6")  # I local / J external of 8 groups, the paper's Table 1
+
+
+def split_dir(out: Path, split: str) -> Path:
+    """Where the sweep keeps one split's nodes."""
+    return out / split.replace("/", "-")
+
+
 def _json(path: Path):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def collect(out: Path, splits: list[str]) -> dict:
-    from sweep import split_dir
-
     base = _json(out / "eval-base.json")
     result = {
         "base_pass_at_1": base["pass_at_1"] if base else None,
@@ -155,8 +161,6 @@ def write_report(out: Path, splits: list[str], config: Path, docs: Path) -> None
 
 
 def main() -> int:
-    from sweep import SPLITS
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("runs/sweep"))
     ap.add_argument("--splits", default=",".join(SPLITS))

@@ -24,11 +24,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("8/0", "6/2", "4/4", "2/6")  # I local / J external of 8 groups, the paper's Table 1
+sys.path.insert(0, str(HERE))
 
-
-def split_dir(out: Path, split: str) -> Path:
-    return out / split.replace("/", "-")
+from report import SPLITS, split_dir, write_report  # noqa: E402
 
 
 def split_config(config: Path, out: Path, split: str):
@@ -124,8 +122,6 @@ def main() -> int:
     if args.stages & {"run", "eval"}:
         _run_lanes(args, splits)
     if "report" in args.stages:
-        from report import write_report
-
         write_report(args.out, splits, args.config, args.docs)
     return 0
 
