@@ -223,6 +223,14 @@ class Config:
         command="sim",
     )
 
+    hint: str = _f(
+        "",
+        "host only: who in the class sees the worked example (format_example): host (this "
+        "laptop), a number K (the first K students to join), or both (host,2); the others "
+        "never do. Empty: format_example decides for everyone (--preset aha: host).",
+        command="host",
+    )
+
     # --- swarm network (run only) --------------------------------------------------------
     room: str = _f(
         "default",

@@ -160,6 +160,11 @@ def validate(cfg: Any) -> None:
         f"hinted_nodes {hinted}: list different node numbers from 0 to {cfg.nodes - 1}, "
         "e.g. --hinted-nodes 0.",
     )
+    need(
+        isinstance(cfg.hint, str) and valid_hint(cfg.hint),
+        f"hint {cfg.hint!r}: write host, a number of students (2), or both (host,2); "
+        "empty for no hint.",
+    )
     need(cfg.hint_rounds >= 0, "hint_rounds must be 0 (the hinted nodes run every round) or more.")
     need(
         cfg.name.replace("-", "").replace("_", "").isalnum() and len(cfg.name) <= 40,
@@ -235,3 +240,21 @@ def _nats_relay_ok(relay: str) -> bool:
     from .swarm.nats_room import is_nats_url
 
     return is_nats_url(relay) and _nats_relay_problem(relay) == "."
+
+
+def hint_plan(text: str) -> tuple[bool, int] | None:
+    """`hint` as (the host sees the example, how many students do), or None when it is not one
+    of "", "host", "K" or "host,K"."""
+    host, students = False, 0
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part == "host" and not host:
+            host = True
+        elif part.isdigit() and not students and len(part) <= 4:
+            students = int(part)
+        else:
+            return None
+    return host, students
+
+
+def valid_hint(text: str) -> bool:
+    return hint_plan(text) is not None

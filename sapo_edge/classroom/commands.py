@@ -325,7 +325,7 @@ def add_commands(sub: Any, add_config_flags: Any) -> None:
         help="the class's size, this laptop included (default 256): the code admits no more, "
         "and the class view shows how many are in",
     )
-    add_config_flags(host, "run")
+    add_config_flags(host, "run", also="host")
     join = sub.add_parser(
         "join",
         help="join a class with the code the teacher shows",

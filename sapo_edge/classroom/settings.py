@@ -43,7 +43,8 @@ LOCAL_FIELDS = frozenset(
 # (domains and their configs, I/J, G, tokens, reward, the GRPO recipe, LoRA shape) is the class's.
 _NOT_SENT = frozenset(
     {"room", "secret", "secret_file", "relay", "peer", "solo", "preset", "nodes", "node_backends"}
-)
+    | {"hinted_nodes", "hint_rounds", "hint"}  # a sim's and the host's: the hint each student
+)  # gets is its format_example (classroom/hint.py)
 # Sent as the class's, and a student's own flag still wins: how long to train.
 OVERRIDABLE = frozenset({"rounds"})
 CLASS_FIELDS = (

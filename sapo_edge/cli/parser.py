@@ -18,9 +18,10 @@ from ..config import Config, preset_names
 
 
 def _add_config_flags(
-    p: argparse.ArgumentParser, command: str, only: frozenset[str] | None = None
+    p: argparse.ArgumentParser, command: str, only: frozenset[str] | None = None, also: str = ""
 ) -> None:
-    """Every Config field of `command` as a flag (`only`: just these fields, and no --config)."""
+    """Every Config field of `command` (and of `also`: host takes run's and its own) as a flag
+    (`only`: just these fields, and no --config)."""
     if only is None:
         p.add_argument(
             "--config", metavar="FILE", help="TOML (or JSON) file of settings; flags override it."
@@ -28,7 +29,7 @@ def _add_config_flags(
     for f in dataclasses.fields(Config):
         if only is not None and f.name not in only:
             continue
-        if only is None and f.metadata.get("command", command) != command:
+        if only is None and f.metadata.get("command", command) not in (command, also):
             continue
         flag = "--" + f.name.replace("_", "-")
         help_ = f.metadata.get("help", "")

@@ -229,8 +229,11 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
             ok = None  # proved the code, refused a seat: neither wrong nor admitted
             raise
         grant = admissions.grant
+        extra = grant.extra
+        if admissions.extra_for is not None:
+            extra = admissions.extra_for(who[0] if who else None)
         plain = dumps_canonical(
-            {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": grant.extra}
+            {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": extra}
         )
         nonce = os.urandom(12)
         box = nonce + ChaCha20Poly1305(_box_key(key)).encrypt(nonce, plain.encode(), b"welcome")

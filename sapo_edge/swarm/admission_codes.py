@@ -117,6 +117,9 @@ class Admissions:
     # under the code's key: only a code holder's word, like the code itself); must be quick
     on_admitted: Callable[[str, str], None] | None = None
     seat: Callable[[str | None, str], str] | None = None
+    # the grant's `extra` for a newcomer that said who it is (its node id, or None): a class
+    # sends each student its own settings (the worked example to some: classroom/hint.py)
+    extra_for: Callable[[str | None], str] | None = None
     retired: deque = field(default_factory=lambda: deque(maxlen=RETIRED_KEPT))
     decoys: OrderedDict = field(default_factory=OrderedDict)  # nameplate -> _Code
     admitted_ids: set = field(default_factory=set)  # node ids any code here admitted

@@ -1,0 +1,72 @@
+"""`host --hint` (issue 45's lesson): the teacher's laptop and/or the first K students see the
+worked example, the others never do; each student's welcome carries its own format_example."""
+
+from __future__ import annotations
+
+import pytest
+
+from sapo_edge.classroom.hint import Hints
+from sapo_edge.classroom.settings import make_invite, read_invite
+from sapo_edge.config import Config, ConfigError
+from sapo_edge.swarm.admission import Admissions, Grant, join_room
+from sapo_edge.swarm.identity import Identity
+from sapo_edge.swarm.roomkey import new_room_key
+
+
+def _invite(example: bool) -> str:
+    """The class's settings as a student's welcome carries them, the example on or off."""
+    return make_invite(Config(format_example=example), 7744, 7745, "teacher").to_text()
+
+
+def _hints(hint: str) -> Hints:
+    return Hints(Config(hint=hint), _invite)
+
+
+@pytest.mark.parametrize(
+    ("hint", "host", "students"), [("host", True, 0), ("2", False, 2), ("host,1", True, 1)]
+)
+def test_the_hint_names_the_host_and_or_the_first_students(hint, host, students):
+    h = _hints(hint)
+    assert (h.host, h.students) == (host, students)
+    assert h.host_config(Config(hint=hint)).format_example is host
+    got = [read_invite(h.extra_for(f"{k:032x}")).settings["format_example"] for k in range(4)]
+    assert got == [True] * students + [False] * (4 - students)
+    again = read_invite(h.extra_for(f"{0:032x}")).settings["format_example"]
+    assert again is (students > 0)  # a student who joins again keeps what it was given
+    assert not read_invite(h.extra_for(None)).settings["format_example"]  # said nothing: none
+
+
+def test_no_hint_leaves_format_example_to_the_class():
+    cfg = Config(format_example=True)
+    h = Hints(cfg, lambda _ex: make_invite(cfg, 1, 2, "t").to_text())
+    assert not h.active and h.host_config(cfg) is cfg and h.class_config(cfg) is cfg
+    assert read_invite(h.extra_for("a" * 32)).settings["format_example"] is True
+
+
+@pytest.mark.parametrize("bad", ["hosts", "1,2", "host,host", "-1", "host;2"])
+def test_a_bad_hint_is_refused_with_the_fix(bad):
+    with pytest.raises(ConfigError, match="write host, a number of students"):
+        Config(hint=bad)
+
+
+def test_the_hint_is_never_sent_to_a_student():
+    settings = make_invite(Config(hint="host,2", hinted_nodes=[0]), 1, 2, "t").settings
+    assert not {"hint", "hinted_nodes", "hint_rounds"} & set(settings)
+
+
+def test_each_newcomer_s_welcome_carries_its_own_hint(nodes):
+    """Over the real admission: the first student to say who it is gets the example, the next
+    does not; both get the same room."""
+    key = new_room_key()
+    hints = _hints("1")
+    adm = Admissions(Grant("lab", key, relay="", extra=hints.invite(False)))
+    adm.extra_for = hints.extra_for
+    node = nodes(room="lab", secret=key, admissions=adm)
+    code = adm.new_code()
+    first, second = Identity.generate(), Identity.generate()
+    a = join_room(f"127.0.0.1:{node.port}", code, who=(first, "ada"))
+    b = join_room(f"127.0.0.1:{node.port}", code, who=(second, "bob"))
+    assert a.secret == b.secret == key
+    assert read_invite(a.extra).settings["format_example"] is True
+    assert read_invite(b.extra).settings["format_example"] is False
+    assert hints.given == [first.node_id]
