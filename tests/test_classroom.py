@@ -18,7 +18,8 @@ import pytest
 from scripted import Quiet, ScriptedBackend, make_cfg
 
 from sapo_edge.classroom.host import ClassHost, HostOptions
-from sapo_edge.classroom.join import Joined, JoinError, class_path, join_class
+from sapo_edge.classroom.join import Joined, JoinError, join_class
+from sapo_edge.classroom.join_status import class_path
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.trainer import Node
 

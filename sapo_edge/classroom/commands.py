@@ -236,7 +236,8 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
     """Join a class; on a terminal (not --headless) `dashboard(joined)` shows it (the CLI
     passes the student's dashboard from tui/)."""
     from ..backends import select_backend
-    from .join import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy, join_class
+    from .join import join_class
+    from .join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
 
     local = {k: v for k, v in vars(args).items() if k in LOCAL_FIELDS and v is not None}
     _kind, device = select_backend(local.get("backend", "auto"), log=lambda _m: None)

@@ -29,7 +29,7 @@ from ..control import RunControl
 from ..stopping import exit_code, stop_signals
 from ..summary import exit_summary
 from ..textsafe import clean
-from .bridge import TuiCallback
+from .bridge import NO_PEERS_TITLE, TuiCallback
 from .messages import (
     LogLine,
     NodeStarted,
@@ -186,8 +186,8 @@ class SapoDashboard(App[str]):
         self.query_one(IdleRound).round_done(m)
         self.query_one(NodeHeader).set_memory(m.memory_mb)
         banner = self.query_one(ProblemBanner)
-        if m.received and banner.problem is not None and not banner.problem.fatal:
-            banner.hide()  # "no peers yet" is over
+        if m.received and banner.problem is not None and banner.problem.title == NO_PEERS_TITLE:
+            banner.hide()  # "no peers yet" is over (other warnings, e.g. the class ended, stay)
 
     def on_peers_updated(self, m: PeersUpdated) -> None:
         self.query_one(PeersTable).show(m.peers, m.now, m.source)

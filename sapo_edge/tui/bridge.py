@@ -31,6 +31,7 @@ from .messages import (
 from .nothing_trained import why_nothing_trained
 
 NO_PEERS_AFTER_ROUNDS = 5  # warn when J > 0 and nothing arrived by then
+NO_PEERS_TITLE = "No peers yet"  # the one warning a round that received groups clears
 PROGRESS_EVERY = 0.25  # seconds between progress messages (decode steps come much faster)
 
 
@@ -130,7 +131,7 @@ class TuiCallback:
                 "quit (q) and run the command printed on exit with --relay ws://HOST:7745 "
                 "(a `sapo-edge relay` they all reach). J=0 in the settings (c) trains alone."
             )
-        self.post(Problem("No peers yet", remedy, fatal=False))
+        self.post(Problem(NO_PEERS_TITLE, remedy, fatal=False))
 
 
 def node_started(node: Any) -> NodeStarted:
