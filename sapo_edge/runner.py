@@ -257,6 +257,11 @@ class _NetStatus:
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)
 
+    def on_scored(self, node, reward: float) -> None:
+        on_scored = getattr(self.inner, "on_scored", None)
+        if on_scored is not None:
+            on_scored(node, reward)
+
 
 def run_sim(
     cfg: Config, callback: Callback | None = None, log: Callable[[str], None] = print

@@ -27,6 +27,7 @@ from .board_rows import (
     RowParts,
     display_names,
     mean_by_round,
+    scored_round,
 )
 from .board_seats import Seats
 
@@ -245,7 +246,11 @@ class ClassBoard:
             if m is None:
                 return False
             if at >= m.progress_at:
+                before = scored_round(m)
                 m.progress, m.progress_at = progress, at
+                if scored_round(m) != before:  # a round's reward, before its figures
+                    m.version += 1
+                    self.rounds_version += 1
             m.last_seen = max(m.last_seen, at)
             self.version += 1  # its rounds did not change: its row's figures stand
         if self.on_change is not None:
@@ -353,8 +358,8 @@ class ClassBoard:
                     model=clean(s.model, 120),
                     role=s.role,
                     is_host=m.node_id == self.host_id,
-                    rounds=len(p.curve),
-                    last_round=p.curve[-1][0] - 1 if p.curve else -1,
+                    rounds=len(m.rounds),  # reported (the curve may add one scored now)
+                    last_round=max(m.rounds, default=-1),
                     rewards=[v for _, v in p.curve],
                     recent_reward=statistics.fmean([v for _, v in p.curve[-RECENT:]])
                     if p.curve

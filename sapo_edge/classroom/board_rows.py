@@ -27,7 +27,7 @@ class MemberRow:
     is_host: bool
     rounds: int  # rounds reported
     last_round: int  # the newest round reported (0-based)
-    rewards: list[float]  # one per reported round, oldest first
+    rewards: list[float]  # one per reported round, oldest first (and the round scored now)
     recent_reward: float | None  # mean over the last RECENT reported rounds
     shared: int  # groups it published
     used_by_others: int  # groups of its that others trained on
@@ -74,11 +74,22 @@ class RowParts:
     @classmethod
     def of(cls, m: Any) -> RowParts:
         ordered = [m.rounds[k] for k in sorted(m.rounds)]
-        return cls(
-            [(s.round + 1, s.reward) for s in ordered],
-            sum(s.shared for s in ordered),
-            sum(s.aha for s in ordered),
-        )
+        curve = [(s.round + 1, s.reward) for s in ordered]
+        scored = scored_round(m)
+        if scored is not None:  # the round under way, scored: its point before its train step
+            curve.append((scored[0] + 1, scored[1]))
+        return cls(curve, sum(s.shared for s in ordered), sum(s.aha for s in ordered))
+
+
+def scored_round(m: Any) -> tuple[int, float] | None:
+    """(round, reward) of the member's round under way once its answers are scored (its
+    progress says so), while its figures for that round have not arrived; else None."""
+    p = m.progress
+    if p is None or p.reward < 0 or p.round in m.rounds:
+        return None
+    if m.rounds and p.round < max(m.rounds):
+        return None
+    return p.round, p.reward
 
 
 # The views add "(host)" and "(baseline)" after the names of those rows: a member's own name

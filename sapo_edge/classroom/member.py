@@ -86,6 +86,7 @@ class ClassMember:
         self.first_link = first_link
         self.progress, self.local_progress = progress, local_progress
         self._said: tuple[str, int, float] = ("", -1, 0.0)  # phase, round, when
+        self.scored: tuple[int, float] | None = None  # (round, its own mean reward) once scored
         self.node: Any = None
         self.recent: deque[RoundStats] = deque(maxlen=ROUNDS_PER_MESSAGE)
 
@@ -112,6 +113,7 @@ class ClassMember:
                 total=max(0, total),
                 role=self.role,
                 **node_claims(node),
+                **({"reward": self.scored[1]} if self.scored and self.scored[0] == round_ else {}),
             )
             if self.progress is not None:
                 self.progress(p)
@@ -136,6 +138,16 @@ class ClassMember:
         on_progress = getattr(self.inner, "on_progress", None)
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        """The round's reward, told to the class at once (its chart and row need not wait for
+        the train step): every progress of this round from now on carries it."""
+        self.scored = (int(getattr(node, "round", 0)), min(max(float(reward), 0.0), MAX_REWARD))
+        self._said = ("", -1, 0.0)  # said now, however recently "scoring" was
+        self.say(node, "scoring")
+        on_scored = getattr(self.inner, "on_scored", None)
+        if on_scored is not None:
+            on_scored(node, reward)
 
     def on_message(self, node: str, text: str) -> None:
         self.inner.on_message(node, text)

@@ -49,7 +49,9 @@ _FIELDS = {
     "backend": ("str", 40),
     "device": ("str", 40),
     "role": ("str", 16),
+    "reward": ("float", 0),
 }
+NOT_SCORED = -1.0  # `reward` before the round's answers are scored
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Progress:
     backend: str = ""
     device: str = ""
     role: str = "member"
+    reward: float = NOT_SCORED  # the round's own mean reward once its answers are scored
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FIELDS}
@@ -83,10 +86,14 @@ class Progress:
                 raise ProtocolError("bad_value", f"progress.{key} is over {MAX_COUNT}.")
         if d["done"] > d["total"]:
             raise ProtocolError("bad_value", "progress.done is over progress.total.")
+        from .stats import MAX_REWARD
+
+        if d["reward"] != NOT_SCORED and not 0.0 <= d["reward"] <= MAX_REWARD:
+            raise ProtocolError("bad_value", f"progress.reward must be in [0, {MAX_REWARD}].")
         for key in ("name", "model", "backend", "device"):
             if not d[key].isprintable():
                 raise ProtocolError("bad_value", f"progress.{key} holds control characters.")
-        return cls(**{k: d[k] for k in _FIELDS})
+        return cls(**{k: d[k] for k in _FIELDS if k != "reward"}, reward=float(d["reward"]))
 
     def describe(self) -> str:
         """'round 3 · generating 40%', 'loading the model', 'done after 10 rounds'."""

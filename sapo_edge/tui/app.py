@@ -42,6 +42,7 @@ from .messages import (
     ProblemCleared,
     RolloutsSeen,
     RoundDone,
+    RoundScored,
     RunEnded,
 )
 from .remedies import explain
@@ -177,6 +178,9 @@ class SapoDashboard(App[str]):
 
     def on_nothing_trained(self, m: NothingTrained) -> None:
         self.query_one(IdleRound).show(m)
+
+    def on_round_scored(self, m: RoundScored) -> None:
+        self.query_one(RewardChart).add(m.round, m.reward_mean, None)  # before the train step
 
     def on_round_done(self, m: RoundDone) -> None:
         self.rounds_done += 1

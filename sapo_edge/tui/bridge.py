@@ -27,6 +27,7 @@ from .messages import (
     Rollout,
     RolloutsSeen,
     RoundDone,
+    RoundScored,
 )
 from .nothing_trained import why_nothing_trained
 
@@ -71,6 +72,9 @@ class TuiCallback:
         self.progress_posted = now
         finished = rows - self.live if phase == "generating" else 0
         self.post(PhaseProgress(node.round, phase, done, total, tokens, rows, finished, now))
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        self.post(RoundScored(node.round, reward))
 
     def on_round(self, r: Any) -> None:
         node = self.node

@@ -60,9 +60,17 @@ class _OwnCallback:
 
     def __init__(self, post: Callable[[Message], Any]) -> None:
         self.post = post
+        self.scored: tuple[int, float] | None = None  # (round, reward) once its answers scored
 
     def on_phase(self, node: Any, phase: str) -> None:
-        self.post(OwnStatus(f"round {node.round + 1}/{node.cfg.rounds} · {phase}"))
+        text = f"round {node.round + 1}/{node.cfg.rounds} · {phase}"
+        if self.scored is not None and self.scored[0] == node.round:
+            text += f" · reward {self.scored[1]:.2f}"
+        self.post(OwnStatus(text))
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        self.scored = (node.round, reward)
+        self.on_phase(node, "scored")
 
     def on_round(self, r: Any) -> None:
         self.post(OwnStatus(f"round {r.round + 1} done · reward {r.reward_mean:.2f}"))
