@@ -109,3 +109,15 @@ def test_the_students_chart_shows_the_reward_once_scored_and_keeps_one_point() -
             assert chart.rounds == [1] and chart.rewards == [0.25]
 
     asyncio.run(drive())
+
+
+def test_a_headless_run_says_its_first_rounds_reward_before_the_train_step(tmp_path) -> None:
+    from sapo_edge.metrics import PrintCallback
+
+    lines: list[str] = []
+    node = make_node(make_cfg(tmp_path), "a", InProcessHub().connect("id-a"))
+    node.callback = PrintCallback(lines.append)
+    first = node.run_round()
+    node.run_round()
+    assert lines[0] == f"       a round    0 | reward {first.reward_mean:.3f} scored; training"
+    assert len(lines) == 3 and "scored" not in lines[1] + lines[2]
