@@ -1,7 +1,9 @@
 """A student is told the class ended, within seconds and whatever classmates are still linked
 (issue 48): the dashboard's banner stays through rounds that still receive groups, its header
 says it, and (with real processes on a LAN in network namespaces) a host stopped with `q`, a
-student in the dashboard under tmux and one headless."""
+student in the dashboard under tmux and one headless. After the class, no dead ends: the exit
+summary prints the code in force (the host's newer one after its n), or none once the class has
+ended and how to go on alone."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import test_classroom
+from test_classroom import linked, student
 
 from sapo_edge.classroom.code import parse_code
 from sapo_edge.classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
@@ -29,6 +33,7 @@ from sapo_edge.tui.bridge import NO_PEERS_TITLE
 from sapo_edge.tui.messages import Problem, RoundDone
 from sapo_edge.tui.widgets.problem import ProblemBanner
 
+host = test_classroom.host  # the class on loopback's fixture
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -95,6 +100,43 @@ def test_the_header_says_the_class_ended_while_classmates_are_still_linked() -> 
         "class: the class has ended (the teacher's q); still linked to classmates via the LAN "
         "(1 peer)",
     ]
+
+
+def test_the_exit_summary_prints_the_code_in_force_or_none_once_the_class_ended(
+    host, tmp_path
+) -> None:
+    """Issue 48: a student's summary printed the code it joined with, which the teacher's n
+    had replaced, and still printed it after the class ended. The host says its new code to
+    the class (a member's forged one is not heeded); after the end there is none, and the
+    command goes on alone."""
+    from sapo_edge.swarm.progress import Progress
+
+    ada, bob = student(host, tmp_path, "ada"), student(host, tmp_path, "bob")
+    first = host.code
+    try:
+        for j in (ada, bob):
+            j.transport.start()
+            linked(j)
+        assert ada.continue_command(headless=True, more=False).startswith(
+            f"sapo-edge join {first} --headless --name ada"
+        )
+        bob.transport.announce(Progress("code", code="9-acorn-zinnia@10.0.0.9:7745"))
+        new = host.new_code()
+        assert ada.transport.wait_for(lambda: ada.code_in_force == new, 10)
+        assert "9-acorn" not in ada.continue_command(headless=False, more=False)
+        assert ada.continue_command(headless=False, more=False).startswith(f"sapo-edge join {new} ")
+        host.end(lambda _m: None)
+        assert ada.class_ended.wait(10)
+        said = ada.continue_command(headless=True, more=True)
+        assert said.startswith("none: the class has ended (no join code admits anyone now)")
+        out = Path(ada.cfg.out_dir).resolve()
+        assert said.endswith(
+            f"alone: sapo-edge run --solo --config {out / 'ada' / 'config.json'} --out-dir "
+            f"{out} --resume --headless --rounds {2 * ada.cfg.rounds}"
+        )
+    finally:
+        for j in (ada, bob):
+            j.transport.close()
 
 
 # ------------------------------------------------------------------ real processes, a real LAN

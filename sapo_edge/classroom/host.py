@@ -254,6 +254,8 @@ class ClassHost:
         old, self.code = self.code, format_code(words, self.address, self.admit_port)
         if old:  # old code is refused as replaced, never counted as a wrong try; the new one
             self.admissions.revoke(old.split("@", 1)[0])  # is shown first (no "none valid")
+        if old and self.transport is not None:  # members' exit summaries print the one in force
+            self.transport.announce(Progress("code", name=printable(self.name, 40), code=self.code))
         return self.code
 
     def live_code(self) -> str:

@@ -52,14 +52,17 @@ def admission_message(e: AdmissionError, code: JoinCode) -> str:
             "teacher's screen, and ask the teacher for a new one (n in the class view)."
         ),
         "refused": (
-            f"cannot reach the host at {where}: check that this laptop is on the same network "
-            "as the teacher's, that the address after @ is typed right, and that no firewall "
+            f"cannot reach the host at {where}: the class may have ended (a class admits no one "
+            "once the teacher pressed q: ask the teacher whether it still runs, and for the code "
+            "on the screen now). If it runs: check that this laptop is on the same network as "
+            "the teacher's, that the address after @ is typed right, and that no firewall "
             f"blocks port {code.port} (`sapo-edge doctor` on both laptops checks). If this "
             "network keeps laptops apart, the teacher can host through a relay both reach "
             "(sapo-edge host --relay URL)."
         ),
         "timeout": (
-            f"the host at {where} did not answer in time: check the network, or try again."
+            f"the host at {where} did not answer in time: the class may have ended (ask the "
+            "teacher), or the network is slow: try again."
         ),
         "unknown_version": (
             "the host runs another version of sapo-edge: install the same version as the teacher."
@@ -95,8 +98,10 @@ class Joined:
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
+    local: dict[str, Any] = dataclasses.field(default_factory=dict)  # this laptop's own flags
     class_ended: threading.Event = dataclasses.field(default_factory=threading.Event)
     on_class_ended: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    code_in_force: str = ""  # the host's newer code once it said one (its n), else ""
 
     def hear_the_host(self) -> None:
         """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
@@ -109,7 +114,14 @@ class Joined:
 
         def heard(v: Any) -> None:
             p = v.progress
-            if host_id and v.sender == host_id and p is not None and p.phase == "ended":
+            if not host_id or v.sender != host_id or p is None:
+                return
+            if p.phase == "code":
+                try:
+                    self.code_in_force = str(parse_code(p.code))
+                except ValueError:
+                    pass  # not a code: the summary keeps the one typed
+            if p.phase == "ended":
                 if not self.class_ended.is_set():
                     self.class_ended.set()
                     for fn in list(self.on_class_ended):
@@ -120,6 +132,31 @@ class Joined:
 
         stats = self.transport.intake.stats
         stats.on_stats, stats.log = heard, self.transport.log  # a failing handler says so
+
+    def continue_command(self, *, headless: bool, more: bool) -> str:
+        """What the run's summary prints to go on: `join` with the code in force (the host's
+        newer one after its n); once the class has ended, no code admits anyone: the run goes
+        on alone from its checkpoint."""
+        flags = ["--headless"] if headless else []
+        flags += ["--rounds", str(self.cfg.rounds * 2)] if more else []
+        if self.class_ended.is_set():
+            out = Path(self.cfg.out_dir).resolve()
+            args = [
+                "sapo-edge",
+                "run",
+                "--solo",
+                "--config",
+                str(out / self.cfg.name / "config.json"),
+            ]
+            return "none: the class has ended (no join code admits anyone now); alone: " + (
+                shlex.join([*args, "--out-dir", str(out), "--resume", *flags])
+            )
+        args = ["sapo-edge", "join", self.code_in_force or str(self.code), *flags[:1]]
+        args += ["--baseline"] if self.role == "baseline" else []
+        for key in ("model", "name", "out_dir", "backend"):
+            if key in self.local:
+                args += [f"--{key.replace('_', '-')}", str(self.local[key])]
+        return shlex.join(args + flags[1:]) + "  (or the code on the teacher's screen now)"
 
     @property
     def host_address(self) -> str:
@@ -253,20 +290,7 @@ def join_class(
         log=log,
     )
     role = "baseline" if baseline else "member"
-    rounds = cfg.rounds
-
-    def continue_command(*, headless: bool, more: bool) -> str:
-        """What the run's summary prints to go on: the same code (or the one shown now)."""
-        args = ["sapo-edge", "join", str(code)]
-        args += ["--headless"] if headless else []
-        args += ["--baseline"] if baseline else []
-        for key in ("model", "name", "out_dir", "backend"):
-            if key in local:
-                args += [f"--{key.replace('_', '-')}", str(local[key])]
-        args += ["--rounds", str(rounds * 2)] if more else []
-        return shlex.join(args) + "  (or the code on the teacher's screen now)"
-
-    transport.continue_command = continue_command  # type: ignore[attr-defined]
-    joined = Joined(code, invite, cfg, transport, relay, role, notes)
+    joined = Joined(code, invite, cfg, transport, relay, role, notes, dict(local))
+    transport.continue_command = joined.continue_command  # type: ignore[attr-defined]
     joined.hear_the_host()
     return joined

@@ -36,6 +36,7 @@ PHASES = (
     "done",  # its rounds are done
     "stopped",  # stopped (q, an error); its row stays
     "ended",  # the host: the class has ended (its goodbye; students heed only the host's)
+    "code",  # the host: its join code in force now (`code`; students' exit summaries print it)
 )
 ROLES = ("member", "baseline")
 _FIELDS = {
@@ -50,6 +51,7 @@ _FIELDS = {
     "device": ("str", 40),
     "role": ("str", 16),
     "reward": ("float", 0),
+    "code": ("str", 120),
 }
 NOT_SCORED = -1.0  # `reward` before the round's answers are scored
 
@@ -69,6 +71,7 @@ class Progress:
     device: str = ""
     role: str = "member"
     reward: float = NOT_SCORED  # the round's own mean reward once its answers are scored
+    code: str = ""  # phase "code": the host's join code in force ("" in every other phase)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FIELDS}
@@ -90,7 +93,7 @@ class Progress:
 
         if d["reward"] != NOT_SCORED and not 0.0 <= d["reward"] <= MAX_REWARD:
             raise ProtocolError("bad_value", f"progress.reward must be in [0, {MAX_REWARD}].")
-        for key in ("name", "model", "backend", "device"):
+        for key in ("name", "model", "backend", "device", "code"):
             if not d[key].isprintable():
                 raise ProtocolError("bad_value", f"progress.{key} holds control characters.")
         return cls(**{k: d[k] for k in _FIELDS if k != "reward"}, reward=float(d["reward"]))
@@ -110,6 +113,8 @@ class Progress:
             return "stopped"
         if self.phase == "ended":
             return "ended the class"
+        if self.phase == "code":
+            return "a new join code"
         return f"round {self.round + 1} · {self.phase}{pct if self.phase in ('generating', 'training') else ''}"
 
 
