@@ -257,10 +257,8 @@ class _NetStatus:
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)
 
-    def on_scored(self, node, reward: float) -> None:
-        on_scored = getattr(self.inner, "on_scored", None)
-        if on_scored is not None:
-            on_scored(node, reward)
+    def __getattr__(self, name: str):  # the inner callback's optional hooks (on_scored...)
+        return getattr(self.inner, name)
 
 
 def run_sim(

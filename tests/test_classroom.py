@@ -455,6 +455,10 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
     laptop). From the moment its network starts (before its model loads) a student has a row
     that says what it is doing, from its signed progress messages; the header counts it on the
     path that carries it."""
+    # issue 48: the host (it trains) has its row from the first second, not after its model
+    assert [(m.is_host, m.state) for m in host.board.snapshot().members] == [
+        (True, "loading the model")
+    ]
     j = student(host, tmp_path, "ada")
     j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
     me = j.transport.ident.node_id
@@ -467,7 +471,7 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         assert row.name == "ada" and row.rounds == 0 and row.recent_reward is None
         linked(j)
         assert host.describe().startswith(
-            "1 of 256 members · 1 linked directly (1 manual), 0 via the relay"
+            "2 of 256 members · 1 linked directly (1 manual), 0 via the relay"
         )
         # the student's header: the host, linked directly, is not "0 nodes heard" on the relay
         assert "1 peer connected (1 manual); relay up, 0 more heard through it" in (

@@ -248,8 +248,10 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
             "sapo-edge join 7-acorn-zinnia@192.168.1.20:7745"
         )
     local = {k: v for k, v in vars(args).items() if k in LOCAL_FIELDS and v is not None}
-    _kind, device = select_backend(local.get("backend", "auto"), log=lambda _m: None)
-    joined = join_class(args.code, local, baseline=args.baseline, device=device, log=_say)
+    kind, device = select_backend(local.get("backend", "auto"), log=lambda _m: None)
+    joined = join_class(
+        args.code, local, baseline=args.baseline, device=device, kind=kind, log=_say
+    )
     for note in joined.notes:
         print(f"sapo-edge: {note}", file=sys.stderr)
     if not args.headless and sys.stdout.isatty():

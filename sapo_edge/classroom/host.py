@@ -180,6 +180,9 @@ class ClassHost:
             subjects = " and ".join(room_subjects(self.transport.keys.relay_id))
             self.log(f"NATS: this class publishes on {subjects} (packaging/nats/rooms.conf)")
         self.name = name
+        if self.opts.train:  # the host's own row from the first second, while its model loads
+            said = dict(name=printable(name, 40), model=printable(self.cfg.model, 120))
+            self.board.record_progress(ident.node_id, Progress("loading", **said))
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
         self.new_code()
         info = {

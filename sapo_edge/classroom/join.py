@@ -172,6 +172,7 @@ class Joined:
             role=self.role,
             first_link=self.wait_for_class,
             progress=self.transport.publish_progress,
+            last_word=self.transport.send_goodbye,  # "left" or "done" at once, before it closes
         )
 
     def start_network(self) -> None:
@@ -217,12 +218,14 @@ def join_class(
     baseline: bool = False,
     identity: Identity | None = None,
     device: str = "cpu",
+    kind: str = "",
     mdns_interfaces: list[str] | None = None,
     log: Callable[[str], None] = print,
     timeout: float = 15.0,
 ) -> Joined:
     """Admission, then this laptop's settings and node; JoinError / ConfigError say what to do.
-    `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags."""
+    `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags; `kind` and
+    `device`: its backend (select_backend), said to peers from the first link."""
     code = parse_code(code_text)
     if identity is None:
         from ..runs import hold_identity
@@ -286,9 +289,11 @@ def join_class(
         mdns=cfg.mdns,
         mdns_interfaces=mdns_interfaces,
         model=model_name(cfg.model),
+        backend=f"{kind}/{device}" if kind else "",  # peers see it before the model loads
         name=name,
         log=log,
     )
+    transport.via_words = {"manual": "the host's address"}  # its one dialed address
     role = "baseline" if baseline else "member"
     joined = Joined(code, invite, cfg, transport, relay, role, notes, dict(local))
     transport.continue_command = joined.continue_command  # type: ignore[attr-defined]

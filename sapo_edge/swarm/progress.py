@@ -33,8 +33,9 @@ PHASES = (
     "sharing",
     "training",
     "saving",
+    "paused",  # its training waits (p): the laptop is there, not training
     "done",  # its rounds are done
-    "stopped",  # stopped (q, an error); its row stays
+    "stopped",  # stopped (q, an error): it has left; its row stays
     "ended",  # the host: the class has ended (its goodbye; students heed only the host's)
     "code",  # the host: its join code in force now (`code`; students' exit summaries print it)
 )
@@ -110,7 +111,9 @@ class Progress:
         if self.phase == "done":
             return f"done after {self.round} round{'s' if self.round != 1 else ''}"
         if self.phase == "stopped":
-            return "stopped"
+            return "left"
+        if self.phase == "paused":
+            return f"paused (round {self.round + 1} next)" if self.round else "paused"
         if self.phase == "ended":
             return "ended the class"
         if self.phase == "code":

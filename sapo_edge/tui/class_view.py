@@ -72,6 +72,10 @@ class _OwnCallback:
         self.scored = (node.round, reward)
         self.on_phase(node, "scored")
 
+    def on_paused(self, node: Any, parked: bool) -> None:
+        if parked:
+            self.post(OwnStatus(f"paused before round {node.round + 1}/{node.cfg.rounds} (p)"))
+
     def on_round(self, r: Any) -> None:
         self.post(OwnStatus(f"round {r.round + 1} done · reward {r.reward_mean:.2f}"))
 
@@ -86,7 +90,7 @@ class ClassView(App[str]):
         Binding("j", "toggle_join", "join code"),
         Binding("n", "new_code", "new code"),
         Binding("r", "report", "report"),
-        Binding("s", "save", "save", show=False),
+        Binding("s", "save", "save own"),
         Binding("p", "pause", "pause own training"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
@@ -233,6 +237,9 @@ class ClassView(App[str]):
     def action_toggle_join(self) -> None:
         panel = self.query_one(JoinPanel)
         panel.display = not panel.display
+        self.notify(
+            "join code shown" if panel.display else "join code hidden (j shows it; still valid)"
+        )
 
     def action_new_code(self) -> None:
         if self.host is None:

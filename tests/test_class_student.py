@@ -1,9 +1,11 @@
-"""A student is told the class ended, within seconds and whatever classmates are still linked
-(issue 48): the dashboard's banner stays through rounds that still receive groups, its header
-says it, and (with real processes on a LAN in network namespaces) a host stopped with `q`, a
-student in the dashboard under tmux and one headless. After the class, no dead ends: the exit
-summary prints the code in force (the host's newer one after its n), or none once the class has
-ended and how to go on alone."""
+"""What a student is told (issue 48). In its first minute: its header names the paths into the
+class (not its node's relay counts), its links name the host's address, its peers see its
+backend. At the end: the class ended, within seconds and whatever classmates are still linked
+(the dashboard's banner stays through rounds that still receive groups, its header says it;
+with real processes on a LAN in network namespaces, a host stopped with `q`, a student in the
+dashboard under tmux and one headless). After it, no dead ends: the exit summary prints the
+code in force (the host's newer one after its n), or none once the class has ended and how to
+go on alone."""
 
 from __future__ import annotations
 
@@ -100,6 +102,56 @@ def test_the_header_says_the_class_ended_while_classmates_are_still_linked() -> 
         "class: the class has ended (the teacher's q); still linked to classmates via the LAN "
         "(1 peer)",
     ]
+
+
+def test_a_students_header_names_its_paths_into_the_class_from_the_first_second() -> None:
+    """Issue 48: the header said 'relay up, 0 more heard through it in 5 min' in the first
+    minute: the paths said while the model loaded were replaced by the node's own counts."""
+    from tui_recorded import node_started
+
+    from sapo_edge.tui.messages import LogLine
+    from sapo_edge.tui.widgets.header import NodeHeader
+
+    app = SapoDashboard(Config(name="ada"), start=False)
+    path = "in the class via the LAN (2 peers), the host's relay (3 members heard)"
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            header = app.query_one(NodeHeader)
+            app.post_message(LogLine(f"ada: class: {path}"))  # while its model loads
+            await pilot.pause()
+            assert path in str(header.render())
+            own = "2 peers connected (2 lan); relay up, 0 more heard through it in 5 min"
+            app.post_message(node_started(transport=own))  # the node's own counts
+            await pilot.pause()
+            text = str(header.render())
+            assert path in text and "heard through it in 5 min" not in text
+
+    asyncio.run(drive())
+
+
+def test_a_students_links_name_the_hosts_address_and_peers_see_its_backend(host, tmp_path) -> None:
+    """Issue 48: 'connected via manual' in a student's log; peers showed its backend as '?'
+    until its model had loaded (the first links carry what it said then)."""
+    from sapo_edge.classroom.join import join_class
+    from sapo_edge.swarm.identity import Identity
+
+    said: list[str] = []
+    local = dict(out_dir=str(tmp_path / "s"), name="ada", listen="127.0.0.1:0", mdns=False)
+    j = join_class(host.code, local, identity=Identity.generate(), kind="torch", log=said.append)
+    me = j.transport.ident.node_id
+    try:
+        j.transport.start()
+        linked(j)
+        assert any(s.endswith("connected via the host's address") for s in said), said
+        assert host.transport.wait_for(
+            lambda: any(
+                p.node_id == me and p.backend == "torch/cpu" for p in host.transport.peers()
+            ),
+            10,
+        ), host.transport.peers()
+    finally:
+        j.transport.close()
 
 
 def test_the_exit_summary_prints_the_code_in_force_or_none_once_the_class_ended(

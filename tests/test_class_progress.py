@@ -1,7 +1,8 @@
-"""A round's reward is shown once its answers are scored, before its train step (issue 48): the
-trainer says it, a class member's progress carries it (signed, bounded), the class's board
-draws it on the member's curve and row until the round's figures replace it, and the
-student's own chart shows it."""
+"""What a class member tells the class as it goes (issue 48). A round's reward once its answers
+are scored, before its train step: the trainer says it, the member's progress carries it
+(signed, bounded), the board draws it on the member's curve and row until the round's figures
+replace it, the student's own chart shows it. And its states by their names: paused, left,
+done."""
 
 from __future__ import annotations
 
@@ -121,3 +122,34 @@ def test_a_headless_run_says_its_first_rounds_reward_before_the_train_step(tmp_p
     node.run_round()
     assert lines[0] == f"       a round    0 | reward {first.reward_mean:.3f} scored; training"
     assert len(lines) == 3 and "scored" not in lines[1] + lines[2]
+
+
+def test_a_member_says_paused_while_parked_and_left_or_done_at_the_end(tmp_path) -> None:
+    """Issue 48, states by their names: the teacher's p showed 'round 11 · saving' for the
+    whole pause, a student who quit 'round 15 · saving' then nothing. The loop tells the
+    member's callback when it parks and how the run ended; the last word goes out at once."""
+    import threading
+
+    from sapo_edge.control import RunControl, run_rounds
+
+    sent: list[Progress] = []
+    last: list[Progress] = []
+    node = make_node(make_cfg(tmp_path, rounds=3), "a", InProcessHub().connect("id-a"))
+    node.callback = ClassMember(Events(), None, progress=sent.append, last_word=last.append)
+    control = RunControl(paused=True)
+    parked_ui: list[bool] = []
+    control.on_park = parked_ui.append  # the dashboard's own hook stays
+    worker = threading.Thread(target=run_rounds, args=(node, 3, control, lambda _m: None))
+    worker.start()
+    assert control.parked.wait(10)
+    assert sent[-1].phase == "paused" and parked_ui == [True]
+    control.request_stop()
+    worker.join(10)
+    assert [p.phase for p in last] == ["stopped"] and sent[-1].phase == "stopped"
+    assert Progress.from_json(last[0].to_json()).describe() == "left"
+
+    sent.clear(), last.clear()  # a member whose rounds are all done
+    node2 = make_node(make_cfg(tmp_path / "b", rounds=1), "b", InProcessHub().connect("id-b"))
+    node2.callback = ClassMember(Events(), None, progress=sent.append, last_word=last.append)
+    run_rounds(node2, 1, RunControl(), lambda _m: None)
+    assert [p.phase for p in last] == ["done"] and last[0].describe() == "done after 1 round"
