@@ -292,10 +292,13 @@ def test_a_rounds_first_prefill_runs_with_the_cores_the_load_leaves_free(
     try:
         cfg = Config(model=str(tiny_qwen))
         backend = TorchBackend(tiny_qwen, cfg, adapter="first", device="cpu", log=lambda _m: None)
-        prefill, seen = backend._prefill, []
-        monkeypatch.setattr(
-            backend, "_prefill", lambda *a: (seen.append(torch.get_num_threads()), prefill(*a))
-        )
+        decoder, seen = torch_backend.GrowingDecoder, []
+
+        def prefilling(*a, **kw):  # the decoder prefills the prompts as it is made
+            seen.append(torch.get_num_threads())
+            return decoder(*a, **kw)
+
+        monkeypatch.setattr(torch_backend, "GrowingDecoder", prefilling)
         messages = [{"role": "user", "content": "Calculate 1 + 2."}]
         backend.generate([messages], 2, max_new_tokens=2, temperature=1.0, top_p=1.0, seed=0)
         assert seen == [1]
