@@ -153,3 +153,14 @@ def test_a_member_says_paused_while_parked_and_left_or_done_at_the_end(tmp_path)
     node2.callback = ClassMember(Events(), None, progress=sent.append, last_word=last.append)
     run_rounds(node2, 1, RunControl(), lambda _m: None)
     assert [p.phase for p in last] == ["done"] and last[0].describe() == "done after 1 round"
+
+
+def test_the_hosts_own_row_paused_is_never_asleep() -> None:
+    """Seen in the class check: the teacher's p left its own row 'asleep? not heard for 1m'
+    (its progress reaches its own board once, not repeated as over the network)."""
+    now = [1000.0]
+    board = ClassBoard(None, host_id=A, clock=lambda: now[0])
+    board.record_progress(A, Progress("paused", round=2, name="teacher"))
+    now[0] += 600
+    row = board.snapshot().members[0]
+    assert row.is_host and row.state == "paused (round 3 next)" and row.last_seen == now[0]

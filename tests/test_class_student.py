@@ -191,6 +191,35 @@ def test_the_exit_summary_prints_the_code_in_force_or_none_once_the_class_ended(
             j.transport.close()
 
 
+@pytest.mark.slow
+def test_the_alone_command_of_an_ended_class_continues_the_students_run(
+    host, tmp_path, tiny_qwen
+) -> None:
+    """Found in the class check: the summary's `run --solo ... --resume` after the class ended
+    failed ('task sampler state was saved with seed X'): a solo run drew its node id from its
+    name, the class's run from its identity. A resumed solo run takes the id it was saved with."""
+    import dataclasses
+
+    from sapo_edge.cli import main
+    from sapo_edge.runner import run_single
+
+    j = student(host, tmp_path, "ada")
+    small = dict(questions_per_round=1, group_size=2, max_new_tokens=4, local_samples=1)
+    cfg = dataclasses.replace(j.cfg, model=str(tiny_qwen), rounds=1, external_samples=0, **small)
+    try:
+        run_single(cfg, j.callback(test_classroom.Quiet()), lambda _m: None, None, j.transport)
+    finally:
+        j.transport.close()
+    j.cfg, j.class_ended = cfg, threading.Event()
+    j.class_ended.set()
+    command = j.continue_command(headless=True, more=True).split("alone: ", 1)[1].split()
+    assert command[:3] == ["sapo-edge", "run", "--solo"]
+    assert main(command[1:]) == 0
+    rounds = [json.loads(ln)["round"] for ln in (Path(cfg.out_dir) / "ada" / "metrics.jsonl")
+              .read_text().splitlines()]  # fmt: skip
+    assert rounds == [0, 1]
+
+
 # ------------------------------------------------------------------ real processes, a real LAN
 sys.path.insert(0, str(ROOT / "bench"))
 

@@ -469,6 +469,7 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         ), host.board.snapshot().members
         row = _row(host, me)
         assert row.name == "ada" and row.rounds == 0 and row.recent_reward is None
+        assert row.model == "scripted"  # the class's model by its name, not "hub:scripted"
         linked(j)
         assert host.describe().startswith(
             "2 of 256 members · 1 linked directly (1 manual), 0 via the relay"

@@ -319,9 +319,9 @@ class ClassBoard:
                 replace(r, received_here=None if r.is_host else int(received.get(r.node_id, 0)))
                 for r in rows
             ]
-        return ClassSnapshot(
-            rows, curves, mean, base, matrix, self.clock(), matrix_ids, self.version
-        )
+        now = self.clock()  # the host's own row is this process: heard now, paused or not
+        rows = [replace(r, last_seen=now) if r.is_host else r for r in rows]
+        return ClassSnapshot(rows, curves, mean, base, matrix, now, matrix_ids, self.version)
 
     def _figures(self, matrix_members: int | None, verified: frozenset | None) -> tuple[Any, ...]:
         """Rows (received_here left to the caller), curves, means, matrix (lock held). The

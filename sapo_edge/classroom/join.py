@@ -189,7 +189,7 @@ class Joined:
                 "loading",
                 rounds=self.cfg.rounds,
                 name=printable(self.cfg.name, 40),
-                model=printable(self.cfg.model, 120),
+                model=printable(model_name(self.cfg.model), 120),  # not "hub:smollm2-135m"
                 role=self.role,
             )
         )

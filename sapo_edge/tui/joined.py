@@ -46,7 +46,8 @@ def run_join_dashboard(joined: Joined) -> int:
 
     try:
         return run_dashboard(joined.cfg, run=run)
-    finally:  # the student quit: it leaves the class's network
+    finally:  # the student quit: it leaves the class's network, quietly after its summary
         for w in watchers:
             w.stop()
+        joined.transport.log = lambda _m: None
         joined.transport.close()
