@@ -148,6 +148,16 @@ def test_a_member_says_paused_while_parked_and_left_or_done_at_the_end(tmp_path)
     assert [p.phase for p in last] == ["stopped"] and sent[-1].phase == "stopped"
     assert Progress.from_json(last[0].to_json()).describe() == "left"
 
+    # seen in the class check: stopped after its answers were scored (the teacher's q), the
+    # abandoned round's reward stayed on the chart with "left"
+    sent.clear(), last.clear()
+    control = RunControl()
+    node.callback = ClassMember(Events(), None, progress=sent.append, last_word=last.append)
+    node.callback.inner.on_phase = lambda _n, phase: phase == "training" and control.request_stop()
+    run_rounds(node, 3, control, lambda _m: None)
+    assert any(p.reward >= 0 for p in sent) and last[0].phase == "stopped"
+    assert last[0].reward == -1.0
+
     sent.clear(), last.clear()  # a member whose rounds are all done
     node2 = make_node(make_cfg(tmp_path / "b", rounds=1), "b", InProcessHub().connect("id-b"))
     node2.callback = ClassMember(Events(), None, progress=sent.append, last_word=last.append)

@@ -119,7 +119,7 @@ class ClassMember:
                 total=max(0, total),
                 role=self.role,
                 **node_claims(node),
-                **({"reward": self.scored[1]} if self.scored and self.scored[0] == round_ else {}),
+                **({"reward": self.scored[1]} if self._scored_now(phase, round_) else {}),
             )
             if self.progress is not None:
                 self.progress(p)
@@ -148,6 +148,10 @@ class ClassMember:
         on_progress = getattr(self.inner, "on_progress", None)
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)
+
+    def _scored_now(self, phase: str, round_: int) -> bool:
+        """The round under way is scored (a stopped round is abandoned: its reward goes)."""
+        return self.scored is not None and self.scored[0] == round_ and phase != "stopped"
 
     def on_scored(self, node: Any, reward: float) -> None:
         """The round's reward, told to the class at once (its chart and row need not wait for
