@@ -296,8 +296,8 @@ def test_names_cut_to_fit_keep_their_distinguishing_end() -> None:
     """Issue 48: 'swift-badger-6aea' and 'swift-badger-f3ab' showed as 'swift-bad…' and
     'swift-…' twice in the learned-from table: cut names keep what tells them apart."""
     from sapo_edge.classroom.board import ClassBoard
-    from sapo_edge.classroom.board_rows import short_name
     from sapo_edge.swarm.stats import RoundStats
+    from sapo_edge.textsafe import short_name
 
     assert short_name("swift-badger-6aea", 7) == "sw…6aea"
     assert short_name("swift-badger-6aea", 10) == "swift…6aea"
@@ -395,3 +395,28 @@ def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
             await pilot.press("q")
 
     asyncio.run(drive())
+
+
+def test_a_students_peers_table_keeps_names_apart_too() -> None:
+    from sapo_edge.config import Config
+    from sapo_edge.swarm.peers import PeerInfo
+    from sapo_edge.tui.app import SapoDashboard
+    from sapo_edge.tui.messages import PeersUpdated
+    from sapo_edge.tui.widgets.tables import PeersTable
+
+    app = SapoDashboard(Config(), start=False)
+    peers = [
+        PeerInfo(f"{i}" * 32, name=f"swift-badger-{tail}") for i, tail in ((1, "6aea"), (2, "f3ab"))
+    ]
+
+    async def look() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            app.post_message(PeersUpdated(peers, 0.0, "transport"))
+            await pilot.pause()
+            table = app.query_one(PeersTable)
+            assert [table.get_row_at(i)[0].plain for i in range(2)] == [
+                "swift-b…6aea",
+                "swift-b…f3ab",
+            ]
+
+    asyncio.run(look())

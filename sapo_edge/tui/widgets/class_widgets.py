@@ -14,8 +14,8 @@ from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ...classroom.board_rows import ClassSnapshot, MemberRow, is_final, short_name
-from ...textsafe import clean
+from ...classroom.board_rows import ClassSnapshot, MemberRow, is_final
+from ...textsafe import clean, short_name
 from .keyed_table import KeyedTable
 from .tables import ago
 
