@@ -174,3 +174,11 @@ def test_the_hosts_own_row_paused_is_never_asleep() -> None:
     now[0] += 600
     row = board.snapshot().members[0]
     assert row.is_host and row.state == "paused (round 3 next)" and row.last_seen == now[0]
+
+
+def test_a_scored_reward_above_the_classs_is_not_drawn() -> None:
+    """Like a round's figures (issue 44 #6), a scored round's reward above what the class can
+    earn is counted and not drawn: a member cannot poison the chart with its progress."""
+    board = ClassBoard(None, max_reward=1.0)
+    board.record_progress(A, Progress("training", round=0, name="ada", reward=1.9))
+    assert board.snapshot().curves[A] == [] and board.dropped["reward_out_of_range"] == 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..swarm.progress import Progress
+from ..swarm.progress import NOT_SCORED, Progress
 from ..swarm.stats import MAX_REWARD, RoundStats
 from ..textsafe import clean
 from .board_matrix import given_by, learned_matrix
@@ -240,6 +240,9 @@ class ClassBoard:
         """What `sender` says it is doing now (kept in memory only); False when the board is
         full of other members. `own`: False for the host's word for it ("joining")."""
         at = self.clock() if at is None else at
+        if progress.reward > self.max_reward:  # a scored round above the class's reward: not drawn
+            self.dropped["reward_out_of_range"] += 1
+            progress = replace(progress, reward=NOT_SCORED)
         received = self._received_for(sender)
         with self._lock:
             m = self._row(sender, received, own)
