@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol import ProtocolError, check_fields
+from .protocol import MAX_REWARD, ProtocolError, check_fields
 
 MAX_PROGRESS_BYTES = 1024  # the signed body of one progress message
 PROGRESS_EVERY = 2.0  # seconds between a sender's progress messages (the newest state is sent)
@@ -90,8 +90,6 @@ class Progress:
                 raise ProtocolError("bad_value", f"progress.{key} is over {MAX_COUNT}.")
         if d["done"] > d["total"]:
             raise ProtocolError("bad_value", "progress.done is over progress.total.")
-        from .stats import MAX_REWARD
-
         if d["reward"] != NOT_SCORED and not 0.0 <= d["reward"] <= MAX_REWARD:
             raise ProtocolError("bad_value", f"progress.reward must be in [0, {MAX_REWARD}].")
         for key in ("name", "model", "backend", "device", "code"):
