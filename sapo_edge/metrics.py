@@ -167,4 +167,5 @@ class PrintCallback:
         """The session's first round, once scored (a class draws it now): a line before its
         train step; later rounds are said once, when done."""
         if node.name not in self.history:
-            self.print(f"{node.name:>8} round {node.round:4d} | reward {reward:.3f} scored; training")
+            # not a round's line ("round N | ..."): the round is not done
+            self.print(f"{node.name:>8} round {node.round} scored: reward {reward:.3f}, training")
