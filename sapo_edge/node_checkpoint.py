@@ -42,6 +42,15 @@ def save_node(node: Any) -> Path:
     return path
 
 
+def saved_node_id(node_dir: Path) -> str | None:
+    """The node id the newest complete checkpoint in `node_dir` was saved with (None: none):
+    a class member's run (its identity's id) continues alone under `--solo` with it, and its
+    question stream, which is drawn from the id, goes on as it was."""
+    ckpt = find_latest(Path(node_dir) / "checkpoints", log=lambda _m: None)
+    node_id = ckpt.state.get("node_id") if ckpt is not None else None
+    return node_id if isinstance(node_id, str) and 0 < len(node_id) <= 64 else None
+
+
 def resume_node(node: Any) -> bool:
     """Continue a trainer.Node from the newest complete checkpoint; False when there is none."""
     ckpt = find_latest(node.checkpoint_dir, log=lambda m: node.callback.on_message(node.name, m))

@@ -20,6 +20,7 @@ from .control import RunControl, run_rounds
 from .fit import check_memory
 from .metrics import PrintCallback, read_rewards
 from .models import resolve_model
+from .node_checkpoint import saved_node_id
 from .runs import prepare_out_dir
 from .stopping import exit_code, stop_signals
 from .summary import exit_summary
@@ -114,8 +115,10 @@ def run_single(
     callback = callback or PrintCallback(log)
     if not cfg.out_dir:  # the CLI sets it; other callers get a new folder in the data folder
         cfg = prepare_out_dir(cfg, "run")
-    if cfg.solo:
-        (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log)
+    if cfg.solo:  # resumed: the id its run was saved with (a class member's goes on alone)
+        saved = saved_node_id(Path(cfg.out_dir) / cfg.name) if cfg.resume else None
+        ids = (lambda _n: saved) if saved else node_id_for
+        (node,) = build_nodes(cfg, [cfg.name], lambda _id: NullTransport(), callback, log, ids)
     else:
         node = _build_networked(cfg, callback, log, transport)
     log(
@@ -256,6 +259,9 @@ class _NetStatus:
         on_progress = getattr(self.inner, "on_progress", None)
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)
+
+    def __getattr__(self, name: str):  # the inner callback's optional hooks (on_scored...)
+        return getattr(self.inner, name)
 
 
 def run_sim(

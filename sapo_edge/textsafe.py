@@ -30,3 +30,20 @@ def clean(text: object, limit: int | None = None, *, keep_newlines: bool = False
 def is_clean(text: str) -> bool:
     """True when clean() would leave a one-line text unchanged."""
     return clean(text) == text
+
+
+TAIL_KEPT = 6  # the longest last part of a name kept when it is cut ('#3f2a1b', '-6aea')
+
+
+def short_name(name: str, width: int) -> str:
+    """`name` in `width` characters keeping its distinguishing end: 'swift-badger-6aea' at 10 is
+    'swift…6aea' (not 'swift-bad…', the same for 'swift-badger-f3ab'); a name whose last part
+    after '-' or '#' is not short (an id's 4 to 6 characters, a word of up to 6) is cut with
+    '…' ('mrs-bennet…', not 'm…chemistry')."""
+    if len(name) <= width:
+        return name
+    cut = max(name.rfind("-"), name.rfind("#"))
+    tail = name[cut + 1 :] if cut > 0 else ""
+    if tail and len(tail) <= min(TAIL_KEPT, width - 2):
+        return name[: width - len(tail) - 1] + "…" + tail
+    return name[: max(0, width - 1)] + "…"

@@ -65,6 +65,10 @@ class Callback(Protocol):
         """Inside generating (decode steps of max_new_tokens, tokens so far) and training
         (micro-batches); optional for callbacks."""
 
+    def on_scored(self, node: Node, reward: float) -> None:
+        """The round's own answers are scored: their mean reward (its report's reward_mean),
+        before the train step; optional for callbacks."""
+
 
 class Node:
     """One SAPO node: its own policy (backend), question stream, rollout pool and transport."""
@@ -190,6 +194,9 @@ class Node:
                 )
             )
             published.append(rg)
+
+        if (on_scored := getattr(self.callback, "on_scored", None)) is not None:
+            on_scored(self, statistics.fmean(r for g in own for r in g.rewards))
 
         # 4. share a subset as plain text (SelectSubset)
         self._phase("sharing")

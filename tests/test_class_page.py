@@ -146,6 +146,26 @@ def test_another_machine_sees_the_class_but_not_the_code_without_the_token(host)
     CHROMIUM is None, reason="Chromium not installed (apt-get install chromium): no screenshot"
 )
 def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
+    """And (issue 48) two members whose names differ only in their suffix stay told apart in
+    the learned-from table; one not heard for minutes reads 'asleep?', one that left 'left'."""
+    from sapo_edge.swarm.identity import name_for_id
+    from sapo_edge.swarm.progress import Progress
+    from sapo_edge.swarm.stats import RoundStats
+
+    seen: dict[str, str] = {}  # two ids whose own names differ only in the id part
+    for i in range(1, 100_000):
+        node = f"{i:x}".rjust(4, "0") + "0" * 28
+        prefix = name_for_id(node).rsplit("-", 1)[0]
+        if prefix in seen:
+            break
+        seen[prefix] = node
+    badgers = {seen[prefix]: name_for_id(seen[prefix]), node: name_for_id(node)}
+    for me, name in badgers.items():
+        other = next(k for k in badgers if k != me)
+        host.board.record(
+            me, RoundStats(0, 0.25, 2, 1, 1, 0, {other: (1, 1)}, name, "m", "torch", "cpu")
+        )
+    host.board.record_progress("f" * 32, Progress("stopped", 3, 8, name="gone"))
     url = f"http://127.0.0.1:{host.services.web_port}/"
     profile = tmp_path / "chromium-profile"
     shot = tmp_path / "page.png"
@@ -167,6 +187,11 @@ def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
     assert '<img src="x"' not in dom and 'onerror="' not in dom
     assert dom.count("<polyline") >= 7  # 5 members + class mean + baseline (+ sparklines)
     assert "class mean" in dom and "solo baseline" in dom
+    for name in badgers.values():  # 'swift-bad…6aea' / 'swift-bad…f3ab', not 'swift-bad…' twice
+        head, tail = name[:9], name.rsplit("-", 1)[1]
+        assert f">{head}…{tail}</th>" in dom if len(name) > 14 else f">{name}</th>" in dom
+    assert "<td>asleep? not heard for 2m (was: round 3 done)</td>" in dom  # the hostile one
+    assert "<td>left</td>" in dom
 
     from PIL import Image
 

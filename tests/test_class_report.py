@@ -83,3 +83,42 @@ def test_a_class_of_one_round_is_drawn_as_points(tmp_path) -> None:
     blue = np.array([0x1F, 0x77, 0xB4])  # the first member's colour (matplotlib's first)
     near = int((np.abs(pixels - blue).sum(axis=2) < 40).sum())
     assert near > 20, "the one round of the class is not drawn"
+
+
+def test_a_report_made_again_from_the_folder_keeps_what_the_host_verified(tmp_path) -> None:
+    """Issue 48: `sapo-edge report RUN_DIR` after the class rewrote class.csv with
+    received_by_host blank for everyone (the live view showed 64-80): the host's counts are kept
+    in the folder when it writes the report, and read back; a broken or hostile file is not."""
+    from sapo_edge.classroom.report import VERIFIED_FILE, write_report
+
+    recorded_board(tmp_path / "class.jsonl")
+    (tmp_path / INFO_FILE).write_text(json.dumps({"host_id": HOST}))
+    write_report(tmp_path, {ADA: 64, "x" * 32: 3})  # the host's r or q
+    assert main(["report", str(tmp_path)]) == 0  # later, from the folder alone
+    rows = {r["node_id"]: r for r in csv.DictReader(open(tmp_path / "class.csv"))}
+    assert rows[ADA]["received_by_host"] == "64" and rows[HOST]["received_by_host"] == ""
+    for junk in ('{"received_by_host": {"a": -1, "%s": "9"}}' % ("b" * 32), "[", "x" * (2 << 20)):
+        (tmp_path / VERIFIED_FILE).write_text(junk)
+        assert main(["report", str(tmp_path)]) == 0
+        rows = {r["node_id"]: r for r in csv.DictReader(open(tmp_path / "class.csv"))}
+        assert rows[ADA]["received_by_host"] == ""
+
+
+def test_the_class_mean_is_drawn_over_rounds_most_members_have(tmp_path) -> None:
+    """Issue 48: the class mean jumped to 0.41 at a round only one member of four had reached
+    (its own reward): a round counts once more than half the members have it."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.classroom.report import write_report
+
+    board = ClassBoard(tmp_path / "class.jsonl", host_id=HOST)
+    reached = {HOST: 5, ADA: 3, "c" * 32: 3, "d" * 32: 2}
+    for node, rounds in reached.items():
+        for r in range(rounds):
+            reward = 0.41 if r >= 3 else 0.1
+            board.record(node, RoundStats(r, reward, 1, 1, 0, 0, {}, node[:4], "m", "t", "cpu"))
+    # round 3: 3 of 4 members; rounds 4 and 5 (0.41): the host alone, not the class's
+    assert [r for r, _ in board.snapshot().swarm_mean] == [1, 2, 3]
+    write_report(tmp_path)
+    data = json.loads((tmp_path / "class.json").read_text())
+    assert [r for r, _ in data["class_mean"]] == [1, 2, 3]
+    assert max(v for _, v in data["class_mean"]) < 0.11

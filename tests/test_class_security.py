@@ -62,7 +62,8 @@ def test_a_flood_of_admissions_is_bounded_and_a_student_after_it_gets_a_row(tmp_
         assert set(got) <= {"admitted", "no_such_code", "class_full", "closed"}, got
         assert sum("admitted a newcomer" in line for line in lines) == 11
         assert any("used up" in line for line in lines)  # the view says to press n
-        assert len(h.board.members) == 11 and h.describe().startswith("11 of 12 members")
+        # 11 students and the host's own row (issue 48: there from its first second)
+        assert len(h.board.members) == 12 and h.describe().startswith("12 of 12 members")
         assert h.live_code() == ""
         h.board.record(h.board.host_id, RoundStats(0, 0.5, 0, 0, 0, 0, {}, "t", "m", "t", "c"))
         h.new_code()  # the teacher's n: a student comes while the puppets' seats are held
@@ -212,7 +213,8 @@ def test_claims_cannot_poison_the_class_mean_or_the_baseline(host, tmp_path) -> 
         asyncio.run(lie())
         snap = host.board.snapshot()
         assert snap.swarm_mean == mean and snap.baseline == base
-        assert len(snap.members) == 2 + 160  # the claims are in their rows, as claims
+        # the claims are in their rows, as claims; and the host's own (issue 48: from its start)
+        assert len(snap.members) == 1 + 2 + 160
         assert host.transport.counters["rejected:stats_bad_value"] >= 4  # 10.0: refused
         assert host.board.dropped["reward_out_of_range"] == 4  # 1.5 with no format bonus
     finally:

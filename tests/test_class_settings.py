@@ -164,7 +164,7 @@ def test_a_student_whose_clock_is_off_is_told_so() -> None:
     from collections import Counter
     from types import SimpleNamespace
 
-    from sapo_edge.classroom.join import CLOCK_REMEDY, PathWatcher
+    from sapo_edge.classroom.join_status import CLOCK_REMEDY, PathWatcher
 
     counters = Counter()
     transport = SimpleNamespace(
@@ -189,7 +189,7 @@ def test_a_student_whose_clock_is_off_is_told_so() -> None:
         watcher.stop()
     assert warned == [("This laptop's clock looks wrong", CLOCK_REMEDY)]
     counters["delivered"] += 1  # something gets through: old replays, not this laptop's clock
-    from sapo_edge.classroom.join import expired_count
+    from sapo_edge.classroom.join_status import expired_count
 
     assert expired_count(transport) == 0
 
@@ -203,7 +203,7 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
     from collections import Counter
     from types import SimpleNamespace
 
-    from sapo_edge.classroom.join import NO_PATH_TITLE, PathWatcher
+    from sapo_edge.classroom.join_status import NO_PATH_TITLE, PathWatcher
     from sapo_edge.config import Config
     from sapo_edge.tui.app import SapoDashboard
     from sapo_edge.tui.messages import Problem, ProblemCleared
@@ -269,7 +269,7 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
     from collections import Counter
     from types import SimpleNamespace
 
-    from sapo_edge.classroom.join import PathWatcher
+    from sapo_edge.classroom.join_status import PathWatcher
 
     looks = []
     transport = SimpleNamespace(

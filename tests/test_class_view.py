@@ -250,27 +250,93 @@ def test_every_key_that_acts_says_so_in_one_line(host) -> None:
 
 
 def test_a_member_gone_quiet_reads_as_such() -> None:
-    """A member's state is its last word: once it has said nothing for a minute (it left, its
-    laptop sleeps), its row says 'quiet' rather than 'generating' forever."""
+    """A member's state is its last word: once it has said nothing for a minute (its laptop
+    sleeps, its network went), its row says so rather than 'generating' forever. Issue 48:
+    states by their names: one that left (q) or whose rounds are done says so for good (it
+    read 'round 15 · saving', then 'quiet'); one paused (p) says 'paused'."""
     from sapo_edge.classroom.board import ClassBoard
     from sapo_edge.swarm.progress import Progress
 
     now = [1000.0]
     board = ClassBoard(clock=lambda: now[0])
-    board.record_progress("2" * 32, Progress("generating", 2, 9, 1, 4, "ada", "m", "t", "c"))
+    ada, bob, cy, dee = (f"{i:032x}" for i in range(2, 6))
+    board.record_progress(ada, Progress("generating", 2, 9, 1, 4, "ada", "m", "t", "c"))
+    board.record_progress(bob, Progress("stopped", 14, 20, name="bob"))
+    board.record_progress(cy, Progress("done", 8, 8, name="cy"))
+    board.record_progress(dee, Progress("paused", 10, 20, name="dee"))
     shown = []
-    for later in (30.0, 90.0):
+    for later in (30.0, 75.0):
         now[0] = 1000.0 + later
         app = ClassView(None, start=False)
 
         async def look(app=app) -> None:
             async with app.run_test(size=SIZE) as pilot:
-                app.post_message(ClassUpdated(board.snapshot(), "1 member · x"))
+                app.post_message(ClassUpdated(board.snapshot(), "4 members · x"))
                 await pilot.pause()
-                shown.append(app.query_one(MembersTable).get_row_at(0)[1].plain)
+                table = app.query_one(MembersTable)
+                shown.append({table.get_row_at(i)[0].plain: table.get_row_at(i)[1].plain
+                              for i in range(4)})  # fmt: skip
 
         asyncio.run(look())
-    assert shown == ["round 3 · generating 25%", "quiet"]
+    assert shown[0] == {
+        "ada": "round 3 · generating 25%",
+        "bob": "left",
+        "cy": "done after 8 rounds",
+        "dee": "paused (round 11 next)",
+    }
+    assert shown[1] == {
+        "ada": "asleep? not heard for 75s",
+        "bob": "left",
+        "cy": "done after 8 rounds",
+        "dee": "asleep? not heard for 75s",
+    }
+
+
+def test_names_cut_to_fit_keep_their_distinguishing_end() -> None:
+    """Issue 48: 'swift-badger-6aea' and 'swift-badger-f3ab' showed as 'swift-bad…' and
+    'swift-…' twice in the learned-from table: cut names keep what tells them apart."""
+    from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.swarm.stats import RoundStats
+    from sapo_edge.textsafe import short_name
+
+    assert short_name("swift-badger-6aea", 7) == "sw…6aea"
+    assert short_name("swift-badger-6aea", 10) == "swift…6aea"
+    assert short_name("ada#3f2a1b", 8) == "a…3f2a1b"
+    assert short_name("ada", 7) == "ada" and short_name("abcdefghij", 7) == "abcdef…"
+    assert short_name("mrs-bennett-chemistry", 11) == "mrs-bennet…"  # a word, not an id
+    board = ClassBoard()
+    ids = {"1" * 32: "swift-badger-ann", "2" * 32: "swift-badger-bob"}
+    for me, name in ids.items():
+        other = next(k for k in ids if k != me)
+        board.record(me, RoundStats(0, 0.2, 2, 1, 1, 0, {other: (1, 1)}, name, "m", "t", "cpu"))
+    app = ClassView(None, start=False)
+
+    async def look() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            app.post_message(ClassUpdated(board.snapshot(), "2 members · x"))
+            await pilot.pause()
+            head, *rows = app.query_one(LearnedMatrix)._shown.plain.split("\n")
+            assert head.split()[-2:] in (["swi…ann", "swi…bob"], ["swi…bob", "swi…ann"])
+            assert sorted(r.split()[0] for r in rows) == ["swift-…ann", "swift-…bob"]
+
+    asyncio.run(look())
+
+
+def test_every_key_of_the_footer_is_there_and_j_says_what_it_did() -> None:
+    """Issue 48: `s` (save this laptop's run) was missing from the footer; `j` hid the code
+    without its one line."""
+    app = ClassView(None, start=False)
+
+    async def look() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            shown = {b.key for b in app.BINDINGS if b.show}
+            assert {"j", "n", "r", "s", "p", "l", "q"} <= shown
+            await pilot.press("j")
+            await pilot.pause()
+            said = [n.message for n in app._notifications]
+            assert said == ["join code hidden (j shows it; still valid)"]
+
+    asyncio.run(look())
 
 
 def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
@@ -316,7 +382,8 @@ def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
             assert {str(table.get_row(k)[1]) for k in ids} == {"round 10 · training 50%"}
             now[0] += 3600  # every "seen" and "doing" cell changes
             await redraw()
-            assert {str(table.get_row(k)[1]) for k in ids} == {"quiet"}
+            asleep = {str(table.get_row(k)[1]) for k in ids if k != board.host_id}
+            assert asleep == {"asleep? not heard for 60m"}  # the host's own row: this process
             del board.members[ids[9]]  # one leaves the board, one joins between others
             board.record("f" * 32, stats(0, "newcomer"))
             await redraw()
@@ -329,3 +396,28 @@ def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
             await pilot.press("q")
 
     asyncio.run(drive())
+
+
+def test_a_students_peers_table_keeps_names_apart_too() -> None:
+    from sapo_edge.config import Config
+    from sapo_edge.swarm.peers import PeerInfo
+    from sapo_edge.tui.app import SapoDashboard
+    from sapo_edge.tui.messages import PeersUpdated
+    from sapo_edge.tui.widgets.tables import PeersTable
+
+    app = SapoDashboard(Config(), start=False)
+    peers = [
+        PeerInfo(f"{i}" * 32, name=f"swift-badger-{tail}") for i, tail in ((1, "6aea"), (2, "f3ab"))
+    ]
+
+    async def look() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            app.post_message(PeersUpdated(peers, 0.0, "transport"))
+            await pilot.pause()
+            table = app.query_one(PeersTable)
+            assert [table.get_row_at(i)[0].plain for i in range(2)] == [
+                "swift-b…6aea",
+                "swift-b…f3ab",
+            ]
+
+    asyncio.run(look())

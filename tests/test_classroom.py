@@ -18,7 +18,8 @@ import pytest
 from scripted import Quiet, ScriptedBackend, make_cfg
 
 from sapo_edge.classroom.host import ClassHost, HostOptions
-from sapo_edge.classroom.join import Joined, JoinError, class_path, join_class
+from sapo_edge.classroom.join import Joined, JoinError, join_class
+from sapo_edge.classroom.join_status import class_path
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.trainer import Node
 
@@ -454,6 +455,10 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
     laptop). From the moment its network starts (before its model loads) a student has a row
     that says what it is doing, from its signed progress messages; the header counts it on the
     path that carries it."""
+    # issue 48: the host (it trains) has its row from the first second, not after its model
+    assert [(m.is_host, m.state) for m in host.board.snapshot().members] == [
+        (True, "loading the model")
+    ]
     j = student(host, tmp_path, "ada")
     j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
     me = j.transport.ident.node_id
@@ -464,9 +469,10 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         ), host.board.snapshot().members
         row = _row(host, me)
         assert row.name == "ada" and row.rounds == 0 and row.recent_reward is None
+        assert row.model == "scripted"  # the class's model by its name, not "hub:scripted"
         linked(j)
         assert host.describe().startswith(
-            "1 of 256 members · 1 linked directly (1 manual), 0 via the relay"
+            "2 of 256 members · 1 linked directly (1 manual), 0 via the relay"
         )
         # the student's header: the host, linked directly, is not "0 nodes heard" on the relay
         assert "1 peer connected (1 manual); relay up, 0 more heard through it" in (

@@ -82,7 +82,12 @@ def test_a_wrong_code_ends_in_one_sentence_and_sets_nothing_up(tmp_path, capsys)
         assert "Traceback" not in err and out == ""
         assert not runs_dir().exists() or not any(runs_dir().iterdir())
         assert main(["join", f"{n}-{w1}-{w2}@127.0.0.1:1", "--headless"]) == 2
-        assert "cannot reach the host at 127.0.0.1:1" in capsys.readouterr().err
+        err = capsys.readouterr().err  # issue 48: an ended class's code, said as such first
+        assert "cannot reach the host at 127.0.0.1:1: the class may have ended" in err
+        assert main(["join"]) == 2  # issue 48: no code: where it comes from, not argparse's
+        err = capsys.readouterr().err
+        assert err.startswith("sapo-edge: error: join needs the class's code: the teacher runs")
+        assert "sapo-edge join 7-acorn-zinnia@192.168.1.20:7745" in err
     finally:
         host.close()
 

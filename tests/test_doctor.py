@@ -137,3 +137,28 @@ def test_multicast_fails_where_the_network_has_none() -> None:
     assert done.returncode == 0, done.stderr
     status, text = done.stdout.strip().split(" | ")
     assert status == "fail" and "--peer IP" in text and "--relay" in text
+
+
+def test_the_pace_line_says_the_model_will_be_fetched_or_that_it_cannot_be(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 48: with no model here and the hub unreachable, the pace line was ok while saying
+    smollm2-135m 'is not on this machine and the hub cannot be reached', and bare sapo-edge
+    then fetched it from the package index. It says what will happen; a fetch that cannot
+    happen (HF_HUB_OFFLINE) is a warning with the fix."""
+    from sapo_edge import models
+    from sapo_edge.config import Config
+
+    monkeypatch.setattr(models, "smollm2_gguf", lambda: None)
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    check = doctor.check_pace(Config())
+    assert check.status == "ok", check.text
+    assert "smollm2-135m" in check.text and "hub cannot be reached" in check.text  # Qwen's
+    assert "(smollm2-135m is not on this machine yet: fetched once (~98 MB) from the package" in (
+        check.text
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    check = doctor.check_pace(Config())
+    assert check.status == "warn" and "HF_HUB_OFFLINE forbids fetching it" in check.text
+    assert "sapo-edge models --get smollm2-135m" in check.text

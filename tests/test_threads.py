@@ -257,3 +257,51 @@ def test_a_pinned_process_policy_sets_torch_and_never_reads_the_load(monkeypatch
     finally:
         cpu_threads._POLICY = None
         torch.set_num_threads(before)
+
+
+def test_a_rounds_first_prefill_runs_with_the_cores_the_load_leaves_free(
+    tiny_qwen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48: a class's first round on a busy 2-core laptop ran its prefill and first decode
+    step with both threads (47 s of a 90 s generation, 1 s a step after): the policy asked only
+    after a step. It is made before the model loads (its first window spans the load) and asked
+    before the prefill."""
+    import torch
+
+    from sapo_edge.backends import cpu_threads, torch_backend
+    from sapo_edge.backends.torch_backend import TorchBackend
+    from sapo_edge.config import Config
+
+    machine = FakeMachine(2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu_threads, "LoadMeter", lambda: machine)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(cpu_threads, "TORCH_DEFAULT", 2)
+    monkeypatch.setattr(cpu_threads, "ThreadPolicy", partial(ThreadPolicy, clock=lambda: machine.t))
+    load = torch_backend.AutoModelForCausalLM.from_pretrained
+
+    def loading(*a, **kw):  # the load takes 5 s while a busy program holds a core
+        assert cpu_threads._POLICY is not None, "no policy while the model loads"
+        machine.run(5.0, mine=1.0, others=1.0)
+        return load(*a, **kw)
+
+    monkeypatch.setattr(torch_backend.AutoModelForCausalLM, "from_pretrained", loading)
+    monkeypatch.setattr(torch_backend, "_SHARED", {})  # loaded here, not shared with a test before
+    before = torch.get_num_threads()
+    cpu_threads._POLICY = None
+    try:
+        cfg = Config(model=str(tiny_qwen))
+        backend = TorchBackend(tiny_qwen, cfg, adapter="first", device="cpu", log=lambda _m: None)
+        decoder, seen = torch_backend.GrowingDecoder, []
+
+        def prefilling(*a, **kw):  # the decoder prefills the prompts as it is made
+            seen.append(torch.get_num_threads())
+            return decoder(*a, **kw)
+
+        monkeypatch.setattr(torch_backend, "GrowingDecoder", prefilling)
+        messages = [{"role": "user", "content": "Calculate 1 + 2."}]
+        backend.generate([messages], 2, max_new_tokens=2, temperature=1.0, top_p=1.0, seed=0)
+        assert seen == [1]
+    finally:
+        cpu_threads._POLICY = None
+        torch.set_num_threads(before)

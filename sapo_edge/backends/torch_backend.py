@@ -106,6 +106,9 @@ class TorchBackend(TorchLoss):
         log: Callable[[str], None] = print,
     ):
         self.cfg, self.device = cfg, device
+        # the thread policy's first window spans the model's load: the first prefill then runs
+        # with the cores other programs leave free, not all of them (threads.py)
+        self.threads = cpu_threads(cfg.threads, log) if device == "cpu" else None
         # peft keeps adapters as module attributes: a prefix keeps a node named "train" or
         # "eval" from colliding with nn.Module's own attributes
         self.adapter = adapter = f"node_{adapter}"
@@ -162,7 +165,6 @@ class TorchBackend(TorchLoss):
         gen_eos = getattr(self.model.base_model.model.generation_config, "eos_token_id", None)
         # stop on any eos id; close a peer's finished completion with the template's end of turn
         self.eos_ids, self.eot_id = end_tokens(self.tok, gen_eos)
-        self.threads = cpu_threads(cfg.threads, log) if device == "cpu" else None
         self.log = log
 
     # ----------------------------------------------------------------------------- helpers
@@ -254,6 +256,7 @@ class TorchBackend(TorchLoss):
 
     @torch.inference_mode()
     def _decode(self, prompts, n, max_new_tokens, temperature, top_p, seed, progress):
+        self._pace()  # the prefill with the cores free now (a round's first step is its longest)
         ids, mask = self._left_pad([self._prompt_ids(m) for m in prompts])
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         if self.static_decode:  # a GPU: a static cache, each step replayed as one CUDA graph

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..swarm.progress import Progress
+from ..swarm.progress import NOT_SCORED, Progress
 from ..swarm.stats import MAX_REWARD, RoundStats
 from ..textsafe import clean
 from .board_matrix import given_by, learned_matrix
@@ -27,6 +27,7 @@ from .board_rows import (
     RowParts,
     display_names,
     mean_by_round,
+    scored_round,
 )
 from .board_seats import Seats
 
@@ -239,13 +240,20 @@ class ClassBoard:
         """What `sender` says it is doing now (kept in memory only); False when the board is
         full of other members. `own`: False for the host's word for it ("joining")."""
         at = self.clock() if at is None else at
+        if progress.reward > self.max_reward:  # a scored round above the class's reward: not drawn
+            self.dropped["reward_out_of_range"] += 1
+            progress = replace(progress, reward=NOT_SCORED)
         received = self._received_for(sender)
         with self._lock:
             m = self._row(sender, received, own)
             if m is None:
                 return False
             if at >= m.progress_at:
+                before = scored_round(m)
                 m.progress, m.progress_at = progress, at
+                if scored_round(m) != before:  # a round's reward, before its figures
+                    m.version += 1
+                    self.rounds_version += 1
             m.last_seen = max(m.last_seen, at)
             self.version += 1  # its rounds did not change: its row's figures stand
         if self.on_change is not None:
@@ -314,9 +322,9 @@ class ClassBoard:
                 replace(r, received_here=None if r.is_host else int(received.get(r.node_id, 0)))
                 for r in rows
             ]
-        return ClassSnapshot(
-            rows, curves, mean, base, matrix, self.clock(), matrix_ids, self.version
-        )
+        now = self.clock()  # the host's own row is this process: heard now, paused or not
+        rows = [replace(r, last_seen=now) if r.is_host else r for r in rows]
+        return ClassSnapshot(rows, curves, mean, base, matrix, now, matrix_ids, self.version)
 
     def _figures(self, matrix_members: int | None, verified: frozenset | None) -> tuple[Any, ...]:
         """Rows (received_here left to the caller), curves, means, matrix (lock held). The
@@ -353,8 +361,8 @@ class ClassBoard:
                     model=clean(s.model, 120),
                     role=s.role,
                     is_host=m.node_id == self.host_id,
-                    rounds=len(p.curve),
-                    last_round=p.curve[-1][0] - 1 if p.curve else -1,
+                    rounds=len(m.rounds),  # reported (the curve may add one scored now)
+                    last_round=max(m.rounds, default=-1),
                     rewards=[v for _, v in p.curve],
                     recent_reward=statistics.fmean([v for _, v in p.curve[-RECENT:]])
                     if p.curve

@@ -27,7 +27,7 @@ class MemberRow:
     is_host: bool
     rounds: int  # rounds reported
     last_round: int  # the newest round reported (0-based)
-    rewards: list[float]  # one per reported round, oldest first
+    rewards: list[float]  # one per reported round, oldest first (and the round scored now)
     recent_reward: float | None  # mean over the last RECENT reported rounds
     shared: int  # groups it published
     used_by_others: int  # groups of its that others trained on
@@ -74,11 +74,28 @@ class RowParts:
     @classmethod
     def of(cls, m: Any) -> RowParts:
         ordered = [m.rounds[k] for k in sorted(m.rounds)]
-        return cls(
-            [(s.round + 1, s.reward) for s in ordered],
-            sum(s.shared for s in ordered),
-            sum(s.aha for s in ordered),
-        )
+        curve = [(s.round + 1, s.reward) for s in ordered]
+        scored = scored_round(m)
+        if scored is not None:  # the round under way, scored: its point before its train step
+            curve.append((scored[0] + 1, scored[1]))
+        return cls(curve, sum(s.shared for s in ordered), sum(s.aha for s in ordered))
+
+
+def scored_round(m: Any) -> tuple[int, float] | None:
+    """(round, reward) of the member's round under way once its answers are scored (its
+    progress says so), while its figures for that round have not arrived; else None."""
+    p = m.progress
+    if p is None or p.reward < 0 or p.round in m.rounds:
+        return None
+    if m.rounds and p.round < max(m.rounds):
+        return None
+    return p.round, p.reward
+
+
+def is_final(state: str) -> bool:
+    """A member's state that ends its run ('left', 'done after 8 rounds'): no later word is
+    coming, so the views show it as it is however long ago it was said."""
+    return state == "left" or state.startswith("done after")
 
 
 # The views add "(host)" and "(baseline)" after the names of those rows: a member's own name
@@ -101,9 +118,14 @@ def display_names(members: list[Any]) -> dict[str, str]:
 def mean_by_round(
     rows: list[MemberRow], curves: dict[str, list[tuple[int, float]]], role: str
 ) -> list[tuple[int, float]]:
+    """The mean reward per round of the rows with `role`, over the rounds most of them (more
+    than half of those with a round) have: a round only the fastest reached is not the class's
+    (one member's 0.41 drawn as the class mean)."""
     by_round: dict[int, list[float]] = {}
+    members = 0
     for row in rows:
-        if row.role == role:
+        if row.role == role and curves[row.node_id]:
+            members += 1
             for r, reward in curves[row.node_id]:
                 by_round.setdefault(r, []).append(reward)
-    return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items())]
+    return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items()) if 2 * len(v) > members]

@@ -236,11 +236,22 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
     """Join a class; on a terminal (not --headless) `dashboard(joined)` shows it (the CLI
     passes the student's dashboard from tui/)."""
     from ..backends import select_backend
-    from .join import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy, join_class
+    from .join import join_class
+    from .join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
 
+    if not args.code:
+        from .join import JoinError
+
+        raise JoinError(
+            "join needs the class's code: the teacher runs `sapo-edge host`, whose screen (and "
+            "projector page) shows it in large letters. Type it as shown, e.g. "
+            "sapo-edge join 7-acorn-zinnia@192.168.1.20:7745"
+        )
     local = {k: v for k, v in vars(args).items() if k in LOCAL_FIELDS and v is not None}
-    _kind, device = select_backend(local.get("backend", "auto"), log=lambda _m: None)
-    joined = join_class(args.code, local, baseline=args.baseline, device=device, log=_say)
+    kind, device = select_backend(local.get("backend", "auto"), log=lambda _m: None)
+    joined = join_class(
+        args.code, local, baseline=args.baseline, device=device, kind=kind, log=_say
+    )
     for note in joined.notes:
         print(f"sapo-edge: {note}", file=sys.stderr)
     if not args.headless and sys.stdout.isatty():
@@ -333,7 +344,11 @@ def add_commands(sub: Any, add_config_flags: Any) -> None:
         "where the host is). Only this laptop's own settings can be given; without a flag the "
         "class's setting applies (the defaults shown are sapo-edge's own).",
     )
-    join.add_argument("code", help="the join code, e.g. 7-acorn-zinnia@192.168.1.20:7745")
+    join.add_argument(
+        "code",
+        nargs="?",  # without one, join says where it comes from (not argparse's "required")
+        help="the join code on the teacher's screen, e.g. 7-acorn-zinnia@192.168.1.20:7745",
+    )
     join.add_argument("--headless", action="store_true", help="one line per round, no dashboard")
     join.add_argument(
         "--baseline",

@@ -180,6 +180,9 @@ class ClassHost:
             subjects = " and ".join(room_subjects(self.transport.keys.relay_id))
             self.log(f"NATS: this class publishes on {subjects} (packaging/nats/rooms.conf)")
         self.name = name
+        if self.opts.train:  # the host's own row from the first second, while its model loads
+            said = dict(name=printable(name, 40), model=printable(self.cfg.model, 120))
+            self.board.record_progress(ident.node_id, Progress("loading", **said))
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
         self.new_code()
         info = {
@@ -254,6 +257,8 @@ class ClassHost:
         old, self.code = self.code, format_code(words, self.address, self.admit_port)
         if old:  # old code is refused as replaced, never counted as a wrong try; the new one
             self.admissions.revoke(old.split("@", 1)[0])  # is shown first (no "none valid")
+        if old and self.transport is not None:  # members' exit summaries print the one in force
+            self.transport.announce(Progress("code", name=printable(self.name, 40), code=self.code))
         return self.code
 
     def live_code(self) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ from .code import JoinCode, parse_code
 from .member import ClassMember, printable
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
 
-NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
 FIRST_LINK_WAIT = 10.0  # before its first round a student waits this long for the class
 
 
@@ -54,14 +52,17 @@ def admission_message(e: AdmissionError, code: JoinCode) -> str:
             "teacher's screen, and ask the teacher for a new one (n in the class view)."
         ),
         "refused": (
-            f"cannot reach the host at {where}: check that this laptop is on the same network "
-            "as the teacher's, that the address after @ is typed right, and that no firewall "
+            f"cannot reach the host at {where}: the class may have ended (a class admits no one "
+            "once the teacher pressed q: ask the teacher whether it still runs, and for the code "
+            "on the screen now). If it runs: check that this laptop is on the same network as "
+            "the teacher's, that the address after @ is typed right, and that no firewall "
             f"blocks port {code.port} (`sapo-edge doctor` on both laptops checks). If this "
             "network keeps laptops apart, the teacher can host through a relay both reach "
             "(sapo-edge host --relay URL)."
         ),
         "timeout": (
-            f"the host at {where} did not answer in time: check the network, or try again."
+            f"the host at {where} did not answer in time: the class may have ended (ask the "
+            "teacher), or the network is slow: try again."
         ),
         "unknown_version": (
             "the host runs another version of sapo-edge: install the same version as the teacher."
@@ -97,8 +98,10 @@ class Joined:
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
+    local: dict[str, Any] = dataclasses.field(default_factory=dict)  # this laptop's own flags
     class_ended: threading.Event = dataclasses.field(default_factory=threading.Event)
     on_class_ended: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    code_in_force: str = ""  # the host's newer code once it said one (its n), else ""
 
     def hear_the_host(self) -> None:
         """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
@@ -111,13 +114,49 @@ class Joined:
 
         def heard(v: Any) -> None:
             p = v.progress
-            if host_id and v.sender == host_id and p is not None and p.phase == "ended":
+            if not host_id or v.sender != host_id or p is None:
+                return
+            if p.phase == "code":
+                try:
+                    self.code_in_force = str(parse_code(p.code))
+                except ValueError:
+                    pass  # not a code: the summary keeps the one typed
+            if p.phase == "ended":
                 if not self.class_ended.is_set():
                     self.class_ended.set()
                     for fn in list(self.on_class_ended):
-                        fn()
+                        try:
+                            fn()
+                        except Exception as e:  # noqa: BLE001 - the others are still told
+                            self.transport.log(f"could not show that the class ended: {e}")
 
-        self.transport.intake.stats.on_stats = heard
+        stats = self.transport.intake.stats
+        stats.on_stats, stats.log = heard, self.transport.log  # a failing handler says so
+
+    def continue_command(self, *, headless: bool, more: bool) -> str:
+        """What the run's summary prints to go on: `join` with the code in force (the host's
+        newer one after its n); once the class has ended, no code admits anyone: the run goes
+        on alone from its checkpoint."""
+        flags = ["--headless"] if headless else []
+        flags += ["--rounds", str(self.cfg.rounds * 2)] if more else []
+        if self.class_ended.is_set():
+            out = Path(self.cfg.out_dir).resolve()
+            args = [
+                "sapo-edge",
+                "run",
+                "--solo",
+                "--config",
+                str(out / self.cfg.name / "config.json"),
+            ]
+            return "none: the class has ended (no join code admits anyone now); alone: " + (
+                shlex.join([*args, "--out-dir", str(out), "--resume", *flags])
+            )
+        args = ["sapo-edge", "join", self.code_in_force or str(self.code), *flags[:1]]
+        args += ["--baseline"] if self.role == "baseline" else []
+        for key in ("model", "name", "out_dir", "backend"):
+            if key in self.local:
+                args += [f"--{key.replace('_', '-')}", str(self.local[key])]
+        return shlex.join(args + flags[1:]) + "  (or the code on the teacher's screen now)"
 
     @property
     def host_address(self) -> str:
@@ -133,6 +172,7 @@ class Joined:
             role=self.role,
             first_link=self.wait_for_class,
             progress=self.transport.publish_progress,
+            last_word=self.transport.send_goodbye,  # "left" or "done" at once, before it closes
         )
 
     def start_network(self) -> None:
@@ -149,7 +189,7 @@ class Joined:
                 "loading",
                 rounds=self.cfg.rounds,
                 name=printable(self.cfg.name, 40),
-                model=printable(self.cfg.model, 120),
+                model=printable(model_name(self.cfg.model), 120),  # not "hub:smollm2-135m"
                 role=self.role,
             )
         )
@@ -178,12 +218,14 @@ def join_class(
     baseline: bool = False,
     identity: Identity | None = None,
     device: str = "cpu",
+    kind: str = "",
     mdns_interfaces: list[str] | None = None,
     log: Callable[[str], None] = print,
     timeout: float = 15.0,
 ) -> Joined:
     """Admission, then this laptop's settings and node; JoinError / ConfigError say what to do.
-    `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags."""
+    `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags; `kind` and
+    `device`: its backend (select_backend), said to peers from the first link."""
     code = parse_code(code_text)
     if identity is None:
         from ..runs import hold_identity
@@ -247,162 +289,13 @@ def join_class(
         mdns=cfg.mdns,
         mdns_interfaces=mdns_interfaces,
         model=model_name(cfg.model),
+        backend=f"{kind}/{device}" if kind else "",  # peers see it before the model loads
         name=name,
         log=log,
     )
+    transport.via_words = {"manual": "the host's address"}  # its one dialed address
     role = "baseline" if baseline else "member"
-    rounds = cfg.rounds
-
-    def continue_command(*, headless: bool, more: bool) -> str:
-        """What the run's summary prints to go on: the same code (or the one shown now)."""
-        args = ["sapo-edge", "join", str(code)]
-        args += ["--headless"] if headless else []
-        args += ["--baseline"] if baseline else []
-        for key in ("model", "name", "out_dir", "backend"):
-            if key in local:
-                args += [f"--{key.replace('_', '-')}", str(local[key])]
-        args += ["--rounds", str(rounds * 2)] if more else []
-        return shlex.join(args) + "  (or the code on the teacher's screen now)"
-
-    transport.continue_command = continue_command  # type: ignore[attr-defined]
-    joined = Joined(code, invite, cfg, transport, relay, role, notes)
+    joined = Joined(code, invite, cfg, transport, relay, role, notes, dict(local))
+    transport.continue_command = joined.continue_command  # type: ignore[attr-defined]
     joined.hear_the_host()
     return joined
-
-
-def class_path(joined: Joined) -> tuple[bool, str]:
-    """(any path works, which ones) for the dashboard: 'in the class via the LAN (2 peers), the
-    host's address and the host's relay (4 members heard)'."""
-    t = joined.transport
-    if not t.port:  # not started: the node loads its model first
-        return False, "starting: this laptop joins the class's network once its model is loaded"
-    links = t.connected()
-    relay_up = any(k.startswith("relay:") for k in links)
-    rows = [p for p in t.peers() if p.connected]
-    lan = sum(p.connection == "lan" for p in rows)
-    host = sum(p.connection == "manual" for p in rows)
-    parts = []
-    if lan:
-        parts.append(f"the LAN ({lan} peer{'s' if lan != 1 else ''})")
-    if host:
-        parts.append(f"the host's address {joined.host_address}")
-    if relay_up:
-        heard = sum(p.connection == "relay" for p in t.peers())
-        parts.append(f"the host's relay ({heard} member{'s' if heard != 1 else ''} heard)")
-    if parts:
-        return True, "in the class via " + ", ".join(parts)
-    tried = ["the LAN" if t.mdns else "", joined.host_address, "the relay" if joined.relay else ""]
-    return False, "not in the class yet: trying " + ", ".join(x for x in tried if x)
-
-
-NO_PATH_TITLE = "Cannot reach the class"
-CLOCK_TITLE = "This laptop's clock looks wrong"
-
-
-class PathWatcher:
-    """Says which path carries this laptop into the class whenever that changes (`say`), and
-    once per outage, after NO_PATH_AFTER seconds without any, what to check (`warn(title,
-    remedy)`); once a warning no longer holds (a path works again, the class's messages are
-    accepted), `clear(title)`. A thread of its own; stop() ends it."""
-
-    def __init__(
-        self,
-        joined: Joined,
-        say: Callable[[str], None],
-        warn: Callable[[str, str], None],
-        *,
-        clear: Callable[[str], None] = lambda _t: None,
-        every: float = 1.0,
-        no_path_after: float = NO_PATH_AFTER,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.joined, self.say, self.warn, self.clear = joined, say, warn, clear
-        self.every, self.no_path_after, self.clock = every, no_path_after, clock
-        self.last = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="class-path", daemon=True)
-
-    def start(self) -> PathWatcher:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        lost_since, warned, clock_warned = self.clock(), False, False
-        while not self._stop.wait(self.every):
-            try:
-                ok, text = class_path(self.joined)
-                expired = expired_count(self.joined.transport)
-            except Exception:  # noqa: BLE001 - a transport not started yet or closing
-                continue
-            if expired >= CLOCK_WARN_AFTER and not clock_warned:
-                clock_warned = True
-                self.warn(CLOCK_TITLE, CLOCK_REMEDY)
-            elif clock_warned and expired == 0:  # the class's messages are accepted now
-                clock_warned = False
-                self.clear(CLOCK_TITLE)
-            ended = getattr(self.joined, "class_ended", None)
-            over = ended is not None and ended.is_set()
-            if over and not ok:  # the host has gone: nothing to reach, nothing to try
-                text = "the class has ended (the teacher's q)"
-            if text != self.last:
-                self.last = text
-                self.say(f"class: {text}")
-            if ok or not self.joined.transport.port or over:
-                lost_since = self.clock()  # connected, not started yet, or no class to reach
-                if warned and ok:
-                    warned = False
-                    self.clear(NO_PATH_TITLE)
-            elif not warned and self.clock() - lost_since >= self.no_path_after:
-                warned = True
-                self.warn(NO_PATH_TITLE, no_path_remedy(self.joined))
-
-
-# Batches and stats carry their sending time and are refused when it is over 5 minutes from the
-# receiver's clock (replay protection): a laptop whose clock is off is refused both ways and
-# trains alone, with every path up. Refused for that reason this often: say so.
-CLOCK_WARN_AFTER = 3
-CLOCK_REMEDY = (
-    "What the class sends arrives over 5 minutes away from this laptop's clock, so it is "
-    "refused both ways (and the class view cannot show this laptop): set this laptop's date "
-    "and time to automatic (or to the teacher's clock), then join again."
-)
-
-
-def expired_count(transport: Any) -> int:
-    """Batches and stats refused here as sent too far from this laptop's clock, while none at
-    all was accepted (a hostile relay's old replays among good ones are not a wrong clock)."""
-    c = transport.counters
-    if c.get("delivered", 0) or c.get("stats_delivered", 0):
-        return 0
-    return int(c.get("rejected:expired", 0) + c.get("rejected:stats_expired", 0))
-
-
-CLASS_ENDED_TITLE = "The class has ended"
-
-
-def class_ended_remedy(stop: str, *, done: bool = False) -> str:
-    """What a student is told when the host ends the class; `stop`: the key or keys to stop;
-    `done`: this laptop's rounds are already done."""
-    if done:
-        return (
-            f"The teacher ended the class. This laptop's rounds are done and saved: {stop} quits."
-        )
-    return (
-        "The teacher ended the class. It is your choice: this laptop goes on training alone (with "
-        "any classmates still running) until its rounds are done, its run saved as it goes; or "
-        f"{stop} stops it now and saves the round under way."
-    )
-
-
-def no_path_remedy(joined: Joined) -> str:
-    ports = ", ".join(str(p) for p in (joined.invite.node_port, joined.invite.relay_port) if p)
-    return (
-        f"Nothing reaches the host at {joined.code.host} (its address and its relay): check that "
-        "this laptop is on the teacher's network, that the teacher's sapo-edge host is still "
-        f"running, and that no firewall blocks port{'s' if ',' in ports else ''} {ports}. This "
-        "laptop keeps training on its own meanwhile and rejoins by itself once a path works."
-    )

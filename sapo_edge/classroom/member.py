@@ -81,27 +81,34 @@ class ClassMember:
         log: Callable[[str], None] = lambda _m: None,
         progress: Callable[[Progress], None] | None = None,
         local_progress: Callable[[str, Progress], None] | None = None,
+        last_word: Callable[[Progress], Any] | None = None,
     ) -> None:
         self.inner, self.publish, self.role, self.local, self.log = inner, publish, role, local, log
         self.first_link = first_link
         self.progress, self.local_progress = progress, local_progress
+        self.last_word = last_word  # sends at once, before the network closes (its goodbye)
         self._said: tuple[str, int, float] = ("", -1, 0.0)  # phase, round, when
+        self.scored: tuple[int, float] | None = None  # (round, its own mean reward) once scored
         self.node: Any = None
         self.recent: deque[RoundStats] = deque(maxlen=ROUNDS_PER_MESSAGE)
 
-    def say(self, node: Any, phase: str, done: int = 0, total: int = 0) -> None:
+    def say(
+        self, node: Any, phase: str, done: int = 0, total: int = 0, *, last: bool = False
+    ) -> Progress | None:
         """Tell the class what this node is doing (a new phase at once, steps within one at most
-        every PROGRESS_LOCAL_S); never raises into training."""
+        every PROGRESS_LOCAL_S); `last`: its last word, also sent at once (`last_word`). Never
+        raises into training."""
         if self.progress is None and self.local_progress is None:
-            return
+            return None
         now = time.monotonic()
         round_ = int(getattr(node, "round", 0))
         cfg = getattr(node, "cfg", None)
         if phase == "saving" and round_ >= int(getattr(cfg, "rounds", round_ + 1)):
             phase = "done"  # the save after the last round: the run is over, not saving on
         last_phase, last_round, last_at = self._said
-        if (phase, round_) == (last_phase, last_round) and now - last_at < self.PROGRESS_LOCAL_S:
-            return
+        recent = now - last_at < self.PROGRESS_LOCAL_S
+        if (phase, round_) == (last_phase, last_round) and recent and not last:
+            return None
         self._said = (phase, round_, now)
         try:
             p = Progress(
@@ -112,13 +119,18 @@ class ClassMember:
                 total=max(0, total),
                 role=self.role,
                 **node_claims(node),
+                **({"reward": self.scored[1]} if self._scored_now(phase, round_) else {}),
             )
             if self.progress is not None:
                 self.progress(p)
             if self.local_progress is not None:
                 self.local_progress(node.node_id, p)
+            if last and self.last_word is not None:
+                self.last_word(p)
         except (ValueError, OSError, RuntimeError) as e:  # the row lags; training goes on
             self.log(f"class progress not sent: {e}")
+            return None
+        return p
 
     def on_phase(self, node: Any, phase: str) -> None:
         self.node = node
@@ -136,6 +148,37 @@ class ClassMember:
         on_progress = getattr(self.inner, "on_progress", None)
         if on_progress is not None:
             on_progress(node, phase, done, total, tokens)
+
+    def _scored_now(self, phase: str, round_: int) -> bool:
+        """The round under way is scored (a stopped round is abandoned: its reward goes)."""
+        return self.scored is not None and self.scored[0] == round_ and phase != "stopped"
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        """The round's reward, told to the class at once (its chart and row need not wait for
+        the train step): every progress of this round from now on carries it."""
+        self.scored = (int(getattr(node, "round", 0)), min(max(float(reward), 0.0), MAX_REWARD))
+        self._said = ("", -1, 0.0)  # said now, however recently "scoring" was
+        self.say(node, "scoring")
+        self._pass(node, "on_scored", reward)
+
+    def on_paused(self, node: Any, parked: bool) -> None:
+        """The loop waits in pause (p) or goes on: the class sees "paused", not its last phase
+        going quiet (the newest state is repeated while it lasts)."""
+        if parked:
+            self.say(node, "paused")
+        self._pass(node, "on_paused", parked)
+
+    def on_run_end(self, node: Any, outcome: str) -> None:
+        """The run ended: its rounds done, or it stopped (q, an error): the class sees "done"
+        or "left" at once, not "saving" going quiet."""
+        done = outcome == "done" and node.round >= int(getattr(node.cfg, "rounds", 0))
+        self.say(node, "done" if done else "stopped", last=True)
+        self._pass(node, "on_run_end", outcome)
+
+    def _pass(self, node: Any, hook: str, *args: Any) -> None:
+        fn = getattr(self.inner, hook, None)
+        if fn is not None:
+            fn(node, *args)
 
     def on_message(self, node: str, text: str) -> None:
         self.inner.on_message(node, text)

@@ -57,15 +57,21 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def load_class(
-    run_dir: Path, received: dict[str, int] | None = None
-) -> tuple[ClassSnapshot, dict[str, Any]]:
+def class_file(run_dir: Path) -> Path:
+    """The class's record in `run_dir`, or ReportError saying which folder to pass."""
     path = run_dir / CLASS_FILE
     if not path.is_file():
         raise ReportError(
             f"{run_dir} holds no {CLASS_FILE}: pass the folder `sapo-edge host` printed when the "
             "class started (`sapo-edge runs` lists run folders)."
         )
+    return path
+
+
+def load_class(
+    run_dir: Path, received: dict[str, int] | None = None
+) -> tuple[ClassSnapshot, dict[str, Any]]:
+    path = class_file(run_dir)
     try:
         info = json.loads((run_dir / INFO_FILE).read_text(encoding="utf-8"))
         if not isinstance(info, dict):
@@ -77,11 +83,41 @@ def load_class(
     return board.snapshot(matrix_members=None), info
 
 
+VERIFIED_FILE = "host_verified.json"  # the groups the host verified per member, at its report
+MAX_VERIFIED_BYTES = 1 << 20
+
+
+def verified_counts(run_dir: Path, received: dict[str, int] | None) -> dict[str, int] | None:
+    """The host's verified counts: kept in the run folder when the host passes them (its r and
+    q), read back from there when not (`sapo-edge report RUN_DIR` later), so a report made again
+    keeps them; None when the host never wrote them."""
+    path = run_dir / VERIFIED_FILE
+    if received is not None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"received_by_host": received}, indent=1) + "\n", "utf-8")
+        tmp.replace(path)
+        return received
+    try:
+        if path.stat().st_size > MAX_VERIFIED_BYTES:
+            return None
+        saved = json.loads(path.read_text(encoding="utf-8"))["received_by_host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(saved, dict) or not all(
+        isinstance(k, str) and len(k) == 32 and type(v) is int and 0 <= v < 2**31
+        for k, v in saved.items()
+    ):
+        return None  # not what the host wrote: no counts rather than wrong ones
+    return saved
+
+
 def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[Path]:
     """Write class.csv, class.json, reward_curves.png and learned_from.png; returns the paths.
-    `received`: the groups the host verified per member (the host passes them; a report made
-    later from the folder leaves them blank)."""
+    `received`: the groups the host verified per member (the host passes them and they are kept
+    in the folder; a report made later from the folder reads them back)."""
     run_dir = Path(run_dir)
+    class_file(run_dir)  # before anything is written into the folder
+    received = verified_counts(run_dir, received)
     snap, info = load_class(run_dir, received)
     rows = []
     for m in snap.members:
@@ -183,7 +219,8 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
                 )
         if snap.swarm_mean:
             xs, ys = zip(*snap.swarm_mean, strict=True)
-            ax.plot(xs, ys, color="black", linewidth=3, label="class mean", **few(xs, 8, True))
+            label = "class mean (rounds most members reached)"
+            ax.plot(xs, ys, color="black", linewidth=3, label=label, **few(xs, 8, True))
         if snap.baseline:
             xs, ys = zip(*snap.baseline, strict=True)
             ax.plot(

@@ -57,6 +57,10 @@ class Link:
 class LinkLife:
     """The one-link half of LinkLayer (mixed in); see the module docstring."""
 
+    # how the log names a link's path ("connected via ..."); a class's student names a dialed
+    # address the host's (classroom/join.py)
+    via_words: dict[str, str] = {"manual": "its address (--peer)"}
+
     # provided by LinkLayer (links.py)
     ident: Identity
     book: PeerBook
@@ -157,7 +161,7 @@ class LinkLife:
             ev.set()
         self._notify()
         if not relay:
-            self.log(f"peer {link.name} ({key[:8]}) connected via {via}")
+            self.log(f"peer {link.name} ({key[:8]}) connected via {self.via_words.get(via, via)}")
         if old is not None:
             await self._retire(old)
         try:

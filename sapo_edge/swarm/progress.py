@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol import ProtocolError, check_fields
+from .protocol import MAX_REWARD, ProtocolError, check_fields
 
 MAX_PROGRESS_BYTES = 1024  # the signed body of one progress message
 PROGRESS_EVERY = 2.0  # seconds between a sender's progress messages (the newest state is sent)
@@ -33,9 +33,11 @@ PHASES = (
     "sharing",
     "training",
     "saving",
+    "paused",  # its training waits (p): the laptop is there, not training
     "done",  # its rounds are done
-    "stopped",  # stopped (q, an error); its row stays
+    "stopped",  # stopped (q, an error): it has left; its row stays
     "ended",  # the host: the class has ended (its goodbye; students heed only the host's)
+    "code",  # the host: its join code in force now (`code`; students' exit summaries print it)
 )
 ROLES = ("member", "baseline")
 _FIELDS = {
@@ -49,7 +51,10 @@ _FIELDS = {
     "backend": ("str", 40),
     "device": ("str", 40),
     "role": ("str", 16),
+    "reward": ("float", 0),
+    "code": ("str", 120),
 }
+NOT_SCORED = -1.0  # `reward` before the round's answers are scored
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class Progress:
     backend: str = ""
     device: str = ""
     role: str = "member"
+    reward: float = NOT_SCORED  # the round's own mean reward once its answers are scored
+    code: str = ""  # phase "code": the host's join code in force ("" in every other phase)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FIELDS}
@@ -83,10 +90,12 @@ class Progress:
                 raise ProtocolError("bad_value", f"progress.{key} is over {MAX_COUNT}.")
         if d["done"] > d["total"]:
             raise ProtocolError("bad_value", "progress.done is over progress.total.")
-        for key in ("name", "model", "backend", "device"):
+        if d["reward"] != NOT_SCORED and not 0.0 <= d["reward"] <= MAX_REWARD:
+            raise ProtocolError("bad_value", f"progress.reward must be in [0, {MAX_REWARD}].")
+        for key in ("name", "model", "backend", "device", "code"):
             if not d[key].isprintable():
                 raise ProtocolError("bad_value", f"progress.{key} holds control characters.")
-        return cls(**{k: d[k] for k in _FIELDS})
+        return cls(**{k: d[k] for k in _FIELDS if k != "reward"}, reward=float(d["reward"]))
 
     def describe(self) -> str:
         """'round 3 · generating 40%', 'loading the model', 'done after 10 rounds'."""
@@ -100,9 +109,13 @@ class Progress:
         if self.phase == "done":
             return f"done after {self.round} round{'s' if self.round != 1 else ''}"
         if self.phase == "stopped":
-            return "stopped"
+            return "left"
+        if self.phase == "paused":
+            return f"paused (round {self.round + 1} next)" if self.round else "paused"
         if self.phase == "ended":
             return "ended the class"
+        if self.phase == "code":
+            return "a new join code"
         return f"round {self.round + 1} · {self.phase}{pct if self.phase in ('generating', 'training') else ''}"
 
 

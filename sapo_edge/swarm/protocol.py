@@ -22,6 +22,7 @@ PROTOCOL_VERSION = 2
 MAX_HANDSHAKE_BYTES = 4096  # a hello or an auth: refused unparsed when longer
 MAX_MESSAGE_BYTES = 1 << 20  # one signed rollouts envelope, everything included
 MAX_STATS_BYTES = 16 << 10  # the body of one signed stats message
+MAX_REWARD = 2.0  # rewards are in [0, 1 + format bonus] and the bonus is at most 1 (rewards.py)
 MAX_DEPTH = 8  # envelopes are flat; the batch inside is a string parsed with its own limits
 ROLES = ("node", "relay")
 

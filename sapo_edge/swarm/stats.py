@@ -20,14 +20,20 @@ from sapo_edge.safejson import dumps_canonical
 
 from .identity import Identity
 from .progress import MAX_PROGRESS_BYTES, Progress
-from .protocol import MAX_STATS_BYTES, PROTOCOL_VERSION, ProtocolError, check_fields, dump_message
+from .protocol import (  # MAX_REWARD: a round's figures and a progress's scored round alike
+    MAX_REWARD,
+    MAX_STATS_BYTES,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    check_fields,
+    dump_message,
+)
 from .roomkey import RoomKeys
 
 ROLES = ("member", "baseline")  # baseline: trains alone (J=0) as the class's solo reference
 MAX_PRODUCERS = 64  # producers one round's "learned from" may name
 ROUNDS_PER_MESSAGE = 8  # a message repeats up to this many recent rounds (the newest last)
 MAX_COUNT = 100_000  # any count in one round's figures
-MAX_REWARD = 2.0  # rewards are in [0, 1 + format bonus] and the bonus is at most 1 (rewards.py)
 _STATS = {
     "round": ("int", 0),
     "reward": ("float", 0),

@@ -81,6 +81,12 @@ class StatsChannel:
         except Exception:  # noqa: BLE001 - a closing loop: nobody to tell
             return 0
 
+    def announce(self, progress: Progress) -> None:
+        """Send `progress` (the host's join code in force) at once on every link and NATS's end
+        subject, as the goodbye goes, without waiting for it (any thread)."""
+        if self._loop is not None and self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._goodbye(progress, 3.0), self._loop)
+
     async def _goodbye(self, progress: Progress, timeout: float) -> int:
         msg, stats_id = make_progress(self.ident, self.keys, progress)
         sealed = seal(self.keys, msg)

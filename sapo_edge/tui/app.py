@@ -29,7 +29,7 @@ from ..control import RunControl
 from ..stopping import exit_code, stop_signals
 from ..summary import exit_summary
 from ..textsafe import clean
-from .bridge import TuiCallback
+from .bridge import NO_PEERS_TITLE, TuiCallback
 from .messages import (
     LogLine,
     NodeStarted,
@@ -42,6 +42,7 @@ from .messages import (
     ProblemCleared,
     RolloutsSeen,
     RoundDone,
+    RoundScored,
     RunEnded,
 )
 from .remedies import explain
@@ -178,6 +179,9 @@ class SapoDashboard(App[str]):
     def on_nothing_trained(self, m: NothingTrained) -> None:
         self.query_one(IdleRound).show(m)
 
+    def on_round_scored(self, m: RoundScored) -> None:
+        self.query_one(RewardChart).add(m.round, m.reward_mean, None)  # before the train step
+
     def on_round_done(self, m: RoundDone) -> None:
         self.rounds_done += 1
         self.query_one(RewardChart).add(m.round, m.reward_mean, m.swarm_reward)
@@ -186,8 +190,8 @@ class SapoDashboard(App[str]):
         self.query_one(IdleRound).round_done(m)
         self.query_one(NodeHeader).set_memory(m.memory_mb)
         banner = self.query_one(ProblemBanner)
-        if m.received and banner.problem is not None and not banner.problem.fatal:
-            banner.hide()  # "no peers yet" is over
+        if m.received and banner.problem is not None and banner.problem.title == NO_PEERS_TITLE:
+            banner.hide()  # "no peers yet" is over (other warnings, e.g. the class ended, stay)
 
     def on_peers_updated(self, m: PeersUpdated) -> None:
         self.query_one(PeersTable).show(m.peers, m.now, m.source)

@@ -27,10 +27,12 @@ from .messages import (
     Rollout,
     RolloutsSeen,
     RoundDone,
+    RoundScored,
 )
 from .nothing_trained import why_nothing_trained
 
 NO_PEERS_AFTER_ROUNDS = 5  # warn when J > 0 and nothing arrived by then
+NO_PEERS_TITLE = "No peers yet"  # the one warning a round that received groups clears
 PROGRESS_EVERY = 0.25  # seconds between progress messages (decode steps come much faster)
 
 
@@ -70,6 +72,9 @@ class TuiCallback:
         self.progress_posted = now
         finished = rows - self.live if phase == "generating" else 0
         self.post(PhaseProgress(node.round, phase, done, total, tokens, rows, finished, now))
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        self.post(RoundScored(node.round, reward))
 
     def on_round(self, r: Any) -> None:
         node = self.node
@@ -130,7 +135,7 @@ class TuiCallback:
                 "quit (q) and run the command printed on exit with --relay ws://HOST:7745 "
                 "(a `sapo-edge relay` they all reach). J=0 in the settings (c) trains alone."
             )
-        self.post(Problem("No peers yet", remedy, fatal=False))
+        self.post(Problem(NO_PEERS_TITLE, remedy, fatal=False))
 
 
 def node_started(node: Any) -> NodeStarted:

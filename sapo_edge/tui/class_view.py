@@ -60,9 +60,21 @@ class _OwnCallback:
 
     def __init__(self, post: Callable[[Message], Any]) -> None:
         self.post = post
+        self.scored: tuple[int, float] | None = None  # (round, reward) once its answers scored
 
     def on_phase(self, node: Any, phase: str) -> None:
-        self.post(OwnStatus(f"round {node.round + 1}/{node.cfg.rounds} · {phase}"))
+        text = f"round {node.round + 1}/{node.cfg.rounds} · {phase}"
+        if self.scored is not None and self.scored[0] == node.round:
+            text += f" · reward {self.scored[1]:.2f}"
+        self.post(OwnStatus(text))
+
+    def on_scored(self, node: Any, reward: float) -> None:
+        self.scored = (node.round, reward)
+        self.on_phase(node, "scored")
+
+    def on_paused(self, node: Any, parked: bool) -> None:
+        if parked:
+            self.post(OwnStatus(f"paused before round {node.round + 1}/{node.cfg.rounds} (p)"))
 
     def on_round(self, r: Any) -> None:
         self.post(OwnStatus(f"round {r.round + 1} done · reward {r.reward_mean:.2f}"))
@@ -78,7 +90,7 @@ class ClassView(App[str]):
         Binding("j", "toggle_join", "join code"),
         Binding("n", "new_code", "new code"),
         Binding("r", "report", "report"),
-        Binding("s", "save", "save", show=False),
+        Binding("s", "save", "save own"),
         Binding("p", "pause", "pause own training"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
@@ -225,6 +237,9 @@ class ClassView(App[str]):
     def action_toggle_join(self) -> None:
         panel = self.query_one(JoinPanel)
         panel.display = not panel.display
+        self.notify(
+            "join code shown" if panel.display else "join code hidden (j shows it; still valid)"
+        )
 
     def action_new_code(self) -> None:
         if self.host is None:

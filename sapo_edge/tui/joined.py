@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..classroom.join import CLASS_ENDED_TITLE, Joined, PathWatcher, class_ended_remedy
+from ..classroom.join import Joined
+from ..classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
 from .app import run_dashboard
-from .messages import Problem, ProblemCleared
+from .messages import LogLine, Problem, ProblemCleared
 
 
 def run_join_dashboard(joined: Joined) -> int:
@@ -22,11 +23,13 @@ def run_join_dashboard(joined: Joined) -> int:
         for note in joined.notes:
             log(f"room: {note}")
         joined.start_network()  # the class sees this laptop while its model loads
-        joined.on_class_ended.append(
-            lambda: callback.post(
-                Problem(CLASS_ENDED_TITLE, class_ended_remedy("q", done=done.is_set()), fatal=False)
-            )
-        )
+
+        def class_ended() -> None:  # on the network thread: a banner and a log line
+            remedy = class_ended_remedy("q", done=done.is_set())
+            callback.post(Problem(CLASS_ENDED_TITLE, remedy, fatal=False))
+            callback.post(LogLine(f"{CLASS_ENDED_TITLE}: {remedy}"))
+
+        joined.on_class_ended.append(class_ended)
         watchers.append(
             PathWatcher(
                 joined,
@@ -43,7 +46,8 @@ def run_join_dashboard(joined: Joined) -> int:
 
     try:
         return run_dashboard(joined.cfg, run=run)
-    finally:  # the student quit: it leaves the class's network
+    finally:  # the student quit: it leaves the class's network, quietly after its summary
         for w in watchers:
             w.stop()
+        joined.transport.log = lambda _m: None
         joined.transport.close()

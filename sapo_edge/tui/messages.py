@@ -113,6 +113,14 @@ class LogLine(Message):
 
 
 @dataclass
+class RoundScored(Message):
+    """The round's own answers are scored: its mean reward, before the train step."""
+
+    round: int
+    reward_mean: float
+
+
+@dataclass
 class Problem(Message):
     """An error or warning shown with its remedy; `fatal` ends the run."""
 

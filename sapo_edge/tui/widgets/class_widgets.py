@@ -14,8 +14,8 @@ from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ...classroom.board_rows import ClassSnapshot, MemberRow
-from ...textsafe import clean
+from ...classroom.board_rows import ClassSnapshot, MemberRow, is_final
+from ...textsafe import clean, short_name
 from .keyed_table import KeyedTable
 from .tables import ago
 
@@ -35,19 +35,19 @@ NAME_WIDTH, MAX_NAME_WIDTH = 18, 44  # a member's name in the table, suffix incl
 
 def _name(row: MemberRow, width: int = NAME_WIDTH) -> Text:
     suffix = " (host)" if row.is_host else " (baseline)" if row.role == "baseline" else ""
-    return Text(clean(row.name, width - len(suffix)) + suffix)
+    return Text(short_name(clean(row.name), width - len(suffix)) + suffix)
 
 
 QUIET_AFTER = 60.0  # seconds without a word from a member before its state reads as old
 
 
 def _doing(row: MemberRow, now: float) -> Text:
-    """What the member says it is doing; 'quiet' once it has said nothing for a while (it
-    left, or its laptop sleeps): its last word is not its present."""
-    text = clean(row.state, 24)
-    if text and _quiet(row, now):
-        return Text("quiet", style="dim")
-    return Text(text)
+    """What the member says it is doing. Its last word stands when it is the end of its run
+    (left, done); else, once it has said nothing for QUIET_AFTER (a laptop asleep, a network
+    gone), it is not its present: 'asleep? not heard for 2m'."""
+    if row.state and not is_final(row.state) and _quiet(row, now):
+        return Text(f"asleep? not heard for {ago(now - row.last_seen).removesuffix(' ago')}")
+    return Text(clean(row.state, 24), style="dim" if is_final(row.state) else "")
 
 
 def _quiet(row: MemberRow, now: float) -> bool:
@@ -195,7 +195,7 @@ class ClassChart(Vertical):
             # the furthest along (a progress message moves no curve: it draws nothing new)
             recent = sorted(members, key=lambda m: -m.last_round)[:MAX_LINES]
             lines = [
-                (clean(m.name, 16), tuple(snap.curves[m.node_id]))
+                (short_name(clean(m.name), 16), tuple(snap.curves[m.node_id]))
                 for m in recent
                 if snap.curves.get(m.node_id)
             ]
@@ -258,10 +258,10 @@ class LearnedMatrix(ScrollableContainer):
         out = Text(no_wrap=True, overflow="crop")
         out.append(" " + _cells("from \\ to", 10), style="bold")
         for m in members:
-            out.append(" " + _cells(clean(m.name, 7), 7, right=True), style="bold")
+            out.append(" " + _cells(short_name(clean(m.name), 7), 7, right=True), style="bold")
         for a in members:
             row = snap.matrix.get(a.node_id, {})
-            out.append("\n " + _cells(clean(a.name, 10), 10))
+            out.append("\n " + _cells(short_name(clean(a.name), 10), 10))
             for b in members:
                 if a.node_id == b.node_id:
                     out.append(" " + _cells("·", 7, right=True), style="dim")

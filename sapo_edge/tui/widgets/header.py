@@ -17,8 +17,11 @@ class NodeHeader(Static):
         self.info: NodeStarted | None = None
         self.memory_mb = 0.0
         self.state = "starting"
+        self.transport = ""  # said by set_transport (a class's paths), kept over NodeStarted's
 
     def show(self, info: NodeStarted) -> None:
+        if self.transport:  # a student's class paths, said while its model loaded
+            info = dataclasses.replace(info, transport=self.transport)
         self.info, self.memory_mb = info, info.memory_mb
         self.state = "running"
         self._render_text()
@@ -35,10 +38,12 @@ class NodeHeader(Static):
             self._render_text()
 
     def set_transport(self, text: str) -> None:
-        """Who this node reaches now (peers, relay, the class's paths)."""
+        """Who this node reaches now (peers, relay, the class's paths); said before the model
+        has loaded, it stands once it has (the node's own view would say less)."""
+        self.transport = text
         if self.info is not None:
             self.info = dataclasses.replace(self.info, transport=text)
-            self._render_text()
+        self._render_text()
 
     def set_state(self, state: str) -> None:
         self.state = state
@@ -49,7 +54,8 @@ class NodeHeader(Static):
         # every value is shown as plain text (Text, never markup): names and models can come
         # from anywhere, and "[/]" in one must not end the dashboard
         if i is None:
-            self.update(Text.assemble(("sapo-edge", "bold"), f" · {clean(self.state)}"))
+            where = f" · {clean(self.transport, 120)}" if self.transport else ""
+            self.update(Text.assemble(("sapo-edge", "bold"), f" · {clean(self.state)}{where}"))
             return
         room = clean(i.room or "no room", 64)
         self.update(

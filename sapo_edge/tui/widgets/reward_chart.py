@@ -55,6 +55,10 @@ class RewardChart(Vertical):
             self._draw()
 
     def add(self, round_: int, reward: float, swarm: float | None) -> None:
+        """A round's reward: once scored, then again once done (the point is replaced)."""
+        if self.rounds and self.rounds[-1] == round_ + 1:
+            self.rounds.pop()
+            self.rewards.pop()
         self.rounds.append(round_ + 1)  # rounds show 1-based
         self.rewards.append(reward)
         if swarm is not None:

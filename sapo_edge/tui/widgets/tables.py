@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from ...swarm.peers import PeerInfo
-from ...textsafe import clean
+from ...textsafe import clean, short_name
 
 SPAN = 5  # rounds in "first" and "recent"
 
@@ -56,7 +56,7 @@ class PeersTable(DataTable):
         for p in peers:
             model = (p.model or "?").split("/")[-1].removesuffix("-Instruct")
             self.add_row(
-                _cut(p.name or p.node_id, 12),
+                Text(short_name(clean(p.name or p.node_id), 12)),  # 'swift-ba…6aea'
                 _cut(f"{model} · {p.backend or '?'}", 26),
                 _cut(p.connection, 12),
                 ago(None if p.last_seen is None else now - p.last_seen),

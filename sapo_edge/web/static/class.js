@@ -23,7 +23,15 @@ function svg(tag, attrs) {
   return e;
 }
 
-function cut(text, n) { return text.length > n ? text.slice(0, n - 1) + "…" : text; }
+function cut(text, n) {  // keeps a name's distinguishing end: "swift-badger-6aea" -> "swift…6aea"
+  if (text.length <= n) return text;
+  const at = Math.max(text.lastIndexOf("-"), text.lastIndexOf("#"));
+  const tail = at > 0 ? text.slice(at + 1) : "";
+  if (tail && tail.length <= Math.min(6, n - 2)) {  // an id's end, not a long word
+    return text.slice(0, n - tail.length - 1) + "…" + tail;
+  }
+  return text.slice(0, n - 1) + "…";
+}
 
 function fixed(x) { return x === null || x === undefined ? "-" : Number(x).toFixed(2); }
 
@@ -60,9 +68,16 @@ function renderJoin(code) {  // null: not this browser's to see; "": no code adm
 // on the next poll, rather than left broken while the code is still good.
 document.getElementById("qr").addEventListener("error", () => { shownCode = null; });
 
-function doing(m, now) {  // its last word; marked once it has said nothing for a minute
+function ago(s) {
+  s = Math.max(0, Math.floor(s));
+  return s < 90 ? s + "s" : s < 5400 ? Math.floor(s / 60) + "m" : Math.floor(s / 3600) + "h";
+}
+
+function doing(m, now) {  // its last word; a run's end stands, else marked after a minute
   const state = m.state || "";
-  return state && now - m.last_seen > 60 ? "quiet (was: " + state + ")" : state;
+  const final = state === "left" || state.startsWith("done after");
+  if (!state || final || now - m.last_seen <= 60) return state;
+  return "asleep? not heard for " + ago(now - m.last_seen) + " (was: " + state + ")";
 }
 
 function renderMembers(members, now) {

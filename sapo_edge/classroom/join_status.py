@@ -1,0 +1,161 @@
+"""What a student is told about its place in the class: which paths carry it in (the header),
+what to check when none does, a clock the class's messages say is wrong, and the class's end
+(whatever classmates are still linked)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .join import Joined
+
+NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
+
+
+def class_path(joined: Joined) -> tuple[bool, str]:
+    """(any path works, which ones) for the dashboard: 'in the class via the LAN (2 peers), the
+    host's address and the host's relay (4 members heard)'."""
+    t = joined.transport
+    if not t.port:  # not started: the node loads its model first
+        return False, "starting: this laptop joins the class's network once its model is loaded"
+    links = t.connected()
+    relay_up = any(k.startswith("relay:") for k in links)
+    rows = [p for p in t.peers() if p.connected]
+    lan = sum(p.connection == "lan" for p in rows)
+    host = sum(p.connection == "manual" for p in rows)
+    parts = []
+    if lan:
+        parts.append(f"the LAN ({lan} peer{'s' if lan != 1 else ''})")
+    if host:
+        parts.append(f"the host's address {joined.host_address}")
+    if relay_up:
+        heard = sum(p.connection == "relay" for p in t.peers())
+        parts.append(f"the host's relay ({heard} member{'s' if heard != 1 else ''} heard)")
+    if parts:
+        return True, "in the class via " + ", ".join(parts)
+    tried = ["the LAN" if t.mdns else "", joined.host_address, "the relay" if joined.relay else ""]
+    return False, "not in the class yet: trying " + ", ".join(x for x in tried if x)
+
+
+NO_PATH_TITLE = "Cannot reach the class"
+CLOCK_TITLE = "This laptop's clock looks wrong"
+
+
+class PathWatcher:
+    """Says which path carries this laptop into the class whenever that changes (`say`), and
+    once per outage, after NO_PATH_AFTER seconds without any, what to check (`warn(title,
+    remedy)`); once a warning no longer holds (a path works again, the class's messages are
+    accepted), `clear(title)`. A thread of its own; stop() ends it."""
+
+    def __init__(
+        self,
+        joined: Joined,
+        say: Callable[[str], None],
+        warn: Callable[[str, str], None],
+        *,
+        clear: Callable[[str], None] = lambda _t: None,
+        every: float = 1.0,
+        no_path_after: float = NO_PATH_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.joined, self.say, self.warn, self.clear = joined, say, warn, clear
+        self.every, self.no_path_after, self.clock = every, no_path_after, clock
+        self.last = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="class-path", daemon=True)
+
+    def start(self) -> PathWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        lost_since, warned, clock_warned = self.clock(), False, False
+        while not self._stop.wait(self.every):
+            try:
+                ok, text = class_path(self.joined)
+                expired = expired_count(self.joined.transport)
+            except Exception:  # noqa: BLE001 - a transport not started yet or closing
+                continue
+            if expired >= CLOCK_WARN_AFTER and not clock_warned:
+                clock_warned = True
+                self.warn(CLOCK_TITLE, CLOCK_REMEDY)
+            elif clock_warned and expired == 0:  # the class's messages are accepted now
+                clock_warned = False
+                self.clear(CLOCK_TITLE)
+            ended = getattr(self.joined, "class_ended", None)
+            over = ended is not None and ended.is_set()
+            if over:  # said whatever still links this laptop to classmates
+                text = ended_text(text if ok else "")
+            if text != self.last:
+                self.last = text
+                self.say(f"class: {text}")
+            if ok or not self.joined.transport.port or over:
+                lost_since = self.clock()  # connected, not started yet, or no class to reach
+                if warned and ok:
+                    warned = False
+                    self.clear(NO_PATH_TITLE)
+            elif not warned and self.clock() - lost_since >= self.no_path_after:
+                warned = True
+                self.warn(NO_PATH_TITLE, no_path_remedy(self.joined))
+
+
+def ended_text(linked: str) -> str:
+    """The header once the host has ended the class; `linked`: class_path's text while a path
+    still works (classmates still running), else ""."""
+    text = "the class has ended (the teacher's q)"
+    if linked:
+        text += "; still linked to classmates via " + linked.removeprefix("in the class via ")
+    return text
+
+
+# Batches and stats carry their sending time and are refused when it is over 5 minutes from the
+# receiver's clock (replay protection): a laptop whose clock is off is refused both ways and
+# trains alone, with every path up. Refused for that reason this often: say so.
+CLOCK_WARN_AFTER = 3
+CLOCK_REMEDY = (
+    "What the class sends arrives over 5 minutes away from this laptop's clock, so it is "
+    "refused both ways (and the class view cannot show this laptop): set this laptop's date "
+    "and time to automatic (or to the teacher's clock), then join again."
+)
+
+
+def expired_count(transport: Any) -> int:
+    """Batches and stats refused here as sent too far from this laptop's clock, while none at
+    all was accepted (a hostile relay's old replays among good ones are not a wrong clock)."""
+    c = transport.counters
+    if c.get("delivered", 0) or c.get("stats_delivered", 0):
+        return 0
+    return int(c.get("rejected:expired", 0) + c.get("rejected:stats_expired", 0))
+
+
+CLASS_ENDED_TITLE = "The class has ended"
+
+
+def class_ended_remedy(stop: str, *, done: bool = False) -> str:
+    """What a student is told when the host ends the class; `stop`: the key or keys to stop;
+    `done`: this laptop's rounds are already done."""
+    if done:
+        return (
+            f"The teacher ended the class. This laptop's rounds are done and saved: {stop} quits."
+        )
+    return (
+        "The teacher ended the class. It is your choice: this laptop goes on training alone (with "
+        "any classmates still running) until its rounds are done, its run saved as it goes; or "
+        f"{stop} stops it now and saves the round under way."
+    )
+
+
+def no_path_remedy(joined: Joined) -> str:
+    ports = ", ".join(str(p) for p in (joined.invite.node_port, joined.invite.relay_port) if p)
+    return (
+        f"Nothing reaches the host at {joined.code.host} (its address and its relay): check that "
+        "this laptop is on the teacher's network, that the teacher's sapo-edge host is still "
+        f"running, and that no firewall blocks port{'s' if ',' in ports else ''} {ports}. This "
+        "laptop keeps training on its own meanwhile and rejoins by itself once a path works."
+    )
