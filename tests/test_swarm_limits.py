@@ -304,8 +304,9 @@ def test_fresh_idle_sockets_from_one_address_do_not_cut_its_honest_links() -> No
     """Issue 44, item 8: an attacker behind a class's address opens a new idle socket every
     0.1-0.2 s. Each took the place of that address's oldest idle one once it was 2 s old, so
     every slot stayed younger than that and the address's honest newcomers were refused (1-5 of
-    10 links got through). A socket that has sent nothing for `stall_grace` makes room now,
-    and an honest handshake, which sends each step at once, is kept. The guard's clock is the
+    10 links got through). The address's oldest socket that never sent a byte makes room
+    once it is `idle_grace` old, and an honest handshake, which sends its request at once, is
+    kept. The guard's clock is the
     test's: the attack runs in its time, whatever this machine's speed."""
     import random
     import time

@@ -1,8 +1,8 @@
 """Limits before work, at the TCP level (before any HTTP is parsed): a cap on connections in
 total, a cap on connections still unauthenticated (handshakes in flight) in total and per IP (one
 is dropped to make room: the oldest of everyone for the total; for the per-IP cap, the newcomer's
-own address's socket silent the longest, or its oldest, so idle sockets from one address, old or
-freshly opened, cannot keep its next newcomer out), a cap on
+own address's oldest socket that never sent a byte, or its oldest, so idle sockets from one
+address, old or freshly opened, cannot keep its next newcomer out), a cap on
 authenticated links per IP (checked when a link authenticates: a class behind one NAT is many
 links from one address), a deadline from accept to an authenticated link, a byte cap before
 authentication and a per-IP byte budget. Also: the open-file limit raised where allowed, and asyncio's accept-error
@@ -27,9 +27,9 @@ class GuardLimits:
     connections_total: int = 512  # also capped by the open-file limit (see effective_total)
     connections_per_ip: int = 16  # authenticated links from one address (see promote)
     pending_total: int = 64  # not yet authenticated: the oldest is dropped when full
-    pending_per_ip: int = 8  # the same per address: that address's socket silent longest
-    stall_grace: float = 0.5  # is dropped once it sent nothing for this long (a handshake
-    # under way sends each step within a round trip; an idle socket never does), else its oldest
+    pending_per_ip: int = 8  # the same per address: its oldest socket that never sent a byte
+    idle_grace: float = 0.5  # is dropped once it is this old (a dialer sends its request at
+    # once; an idle socket never does), else the address's oldest
     pending_grace: float = 2.0  # once it is this old (younger: a handshake under way, and the
     # newcomer is refused instead, so a crowd behind one NAT cannot keep evicting itself)
     deadline: float = 10.0  # seconds from accept to an authenticated link
@@ -42,7 +42,6 @@ class _Conn:
     ip: str
     transport: Any
     since: float
-    heard: float  # when its last byte came (its accept time until then): the guard's clock
     promoted: bool = False
     bytes: int = 0
     timer: Any = None
@@ -91,7 +90,7 @@ class ConnectionGuard:
             self._evict(victim)
         if len(self.pending) >= lim.pending_total:  # make room: drop the oldest handshake
             self._evict(next(iter(self.pending)))
-        conn = _Conn(ip, transport, now, now)
+        conn = _Conn(ip, transport, now)
         self.conns[transport] = conn
         self.per_ip[ip] += 1
         self.pending[conn] = None
@@ -101,15 +100,17 @@ class ConnectionGuard:
         return conn
 
     def _stalled(self, ip: str, now: float) -> _Conn | None:
-        """The socket of `ip` a newcomer may take the place of: the one silent the longest once
-        that is `stall_grace` (an attacker opening an idle socket every 0.1 s kept every slot
-        younger than `pending_grace`, and the address's honest newcomers were refused), else
-        its oldest once that is `pending_grace` old; None while all are handshakes under way."""
+        """The socket of `ip` a newcomer may take the place of: its oldest that never sent a
+        byte once that is `idle_grace` old (an attacker opening an idle socket every 0.1 s kept
+        every slot younger than `pending_grace`, and the address's honest newcomers were
+        refused), else its oldest once that is `pending_grace` old; None while all are
+        handshakes under way (a socket that sent its request waits on us: it is never the
+        idle one, however slow this machine is to answer)."""
         lim = self.limits
         mine = [c for c in self.pending if c.ip == ip]  # oldest first
-        quiet = max(mine, key=lambda c: now - c.heard)
-        if now - quiet.heard >= lim.stall_grace:
-            return quiet
+        idle = next((c for c in mine if c.bytes == 0), None)
+        if idle is not None and now - idle.since >= lim.idle_grace:
+            return idle
         return mine[0] if now - mine[0].since >= lim.pending_grace else None
 
     def _evict(self, conn: _Conn) -> None:
@@ -135,8 +136,6 @@ class ConnectionGuard:
     def _charge(self, conn: _Conn, n: int) -> bool:
         """Count n bytes from this connection; False when it must be cut."""
         conn.bytes += n
-        if not conn.promoted:
-            conn.heard = self.clock()
         if not conn.promoted and conn.bytes > self.limits.preauth_bytes:
             self._reject(conn.ip, "too_large")
             return False
