@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import difflib
 import functools
 import importlib
-import io
 import json
 import math
 import sys
@@ -137,36 +135,49 @@ _EVAL_SCORER_MODULES = (
     "reasoning_gym.algorithmic.string_insertion",
     "reasoning_gym.games.n_queens",
 )
-_BUILD_LOCK = threading.Lock()  # some generators print (bf); stdout is swapped under this lock
+_BUILD_LOCK = threading.Lock()  # one build at a time: datasets are shared (cached), some keep state
+_BUILDING = threading.local()  # .on while this thread builds a task: what it prints is dropped
 
 
-class _MutedFor(io.TextIOBase):
-    """sys.stdout while one thread builds a task: what that thread prints is dropped, what any
-    other thread prints (the network thread's "peer ... connected" lines) goes on to the real
-    stdout. A plain redirect to a StringIO swallowed those lines too: the namespace LAN test,
-    which reads them, then saw no mesh."""
+class _QuietBuilds:
+    """sys.stdout from the first task built on, for good: what a thread building a task prints
+    is dropped (some generators print: bf), what any other thread prints (the network thread's
+    "peer ... connected" lines, which the namespace LAN test reads) goes on to the stream it
+    wraps. Installed once and never swapped back: swapping sys.stdout for each build freed the
+    swapped-in object while another thread's print() still held it (CPython 3.11's print keeps
+    sys.stdout by a borrowed reference between its writes), so that print wrote into freed
+    memory: an AttributeError, a segfault, or a corrupted heap (a node reported a question that
+    failed to build, or hung at exit, when links closed around a stop: issue 44)."""
 
     def __init__(self, real: Any) -> None:
-        self.real, self.thread = real, threading.get_ident()
+        self.real = real
 
     def write(self, text: str) -> int:
-        if threading.get_ident() == self.thread:
+        if getattr(_BUILDING, "on", False):
             return len(text)
         return self.real.write(text)
 
     def flush(self) -> None:
-        if threading.get_ident() != self.thread:
+        if not getattr(_BUILDING, "on", False):
             self.real.flush()
 
-    def writable(self) -> bool:
-        return True
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer...
+        return getattr(self.real, name)
 
-    def fileno(self) -> int:
-        return self.real.fileno()
 
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self.real, "encoding", "utf-8")
+_QUIET_KEPT: list[_QuietBuilds] = []  # every one installed, never freed (see _QuietBuilds)
+
+
+def _quiet_stdout() -> None:
+    """Make sys.stdout a _QuietBuilds (wrapping what it is now) unless it is one already. A
+    stream someone else swaps in later (a test's capture, Textual's) is wrapped in turn; the
+    one it replaced is kept alive."""
+    out = sys.stdout
+    if out is None or isinstance(out, _QuietBuilds):
+        return
+    quiet = _QuietBuilds(out)
+    _QUIET_KEPT.append(quiet)
+    sys.stdout = quiet
 
 
 @functools.cache
@@ -271,8 +282,13 @@ def regenerate(ref: TaskRef) -> Task:
         )
     ds = _dataset(ref.dataset, config_json(ref), ref.seed)
     try:
-        with _BUILD_LOCK, contextlib.redirect_stdout(_MutedFor(sys.stdout)):
-            entry = ds[ref.index]
+        with _BUILD_LOCK:
+            _quiet_stdout()
+            _BUILDING.on = True
+            try:
+                entry = ds[ref.index]
+            finally:
+                _BUILDING.on = False
         question, answer = entry["question"], entry["answer"]
         if not isinstance(question, str):
             raise TypeError(f"question is a {type(question).__name__}")

@@ -325,8 +325,9 @@ def test_a_relay_that_delays_and_bunches_genuine_batches_gets_nobody_muted(relay
     """A relay holds 80 of a's genuine batches, signed over 160 s (30 a minute, half the
     receiver's 60), and releases them at once. Rated by arrival, 20 were refused as
     rate_limited, charged to a, and a was muted; through a relay the rate is now by the signed
-    sent_at, which the relay cannot move. A member that signs a flood is still refused, and
-    charged: its own signatures show it."""
+    sent_at, which the relay cannot move. A member that signs a flood is still refused past its
+    rate; the refusals are charged to the route (issue 44: once `seen` forgot a genuine message,
+    a resent copy would count twice against its signer), so nobody is muted."""
     r = relay_of()
     b = nodes(relay=r.url, reject_threshold=5)
     route = f"relay:{r.url}"
@@ -341,6 +342,7 @@ def test_a_relay_that_delays_and_bunches_genuine_batches_gets_nobody_muted(relay
                 sent_at = now - 160 + 2 * i
                 await c.send_sealed(sealed(a, round_=20, start=10 * i, sent_at=sent_at))
             assert await asyncio.to_thread(b.wait_for, lambda: b.counters["delivered"] == 80, 30)
+            assert b.rejections(a.node_id) == {} and b.rejections(route)["rate_limited"] == 0
         finally:
             await c.close()
         f = await connect(r.url, flooder, relay=True)
@@ -348,15 +350,15 @@ def test_a_relay_that_delays_and_bunches_genuine_batches_gets_nobody_muted(relay
             for i in range(70):  # signed within a second: over 60 a minute by its signatures
                 await f.send_sealed(sealed(flooder, round_=20, start=10 * i))
             assert await asyncio.to_thread(
-                b.wait_for, lambda: b.rejections(flooder.node_id)["rate_limited"] >= 5, 30
+                b.wait_for, lambda: b.rejections(route)["rate_limited"] >= 5, 30
             )
         finally:
             await f.close()
 
     asyncio.run(go())
-    assert b.rejections(a.node_id) == {} and b.rejections(route).get("rate_limited", 0) == 0
-    muted = {p.node_id for p in b.peers() if p.muted}
-    assert a.node_id not in muted and flooder.node_id in muted
+    assert b.counters["delivered"] <= 80 + 60  # the flood past its signed rate was refused
+    assert b.rejections(a.node_id) == {} and b.rejections(flooder.node_id) == {}
+    assert not any(p.muted for p in b.peers())
 
 
 def test_the_signed_rate_holds_in_every_minute_whatever_the_order_of_arrival() -> None:
@@ -444,7 +446,9 @@ def test_huge_handshakes_are_cut_unparsed_while_an_honest_peer_joins(nodes, monk
 
 
 def test_an_outsider_at_the_relay_reads_and_injects_nothing(relay_of, nodes) -> None:
-    r = relay_of()
+    # the hand-driven clients answer the relay's pings only while they read: at a 0.5 s
+    # heartbeat a loaded machine had the relay drop the spy before its junk was sent
+    r = relay_of(heartbeat=30.0)
     code = new_room_key()
     keys = keys_of("lab", code)
     a = nodes(room="lab", secret=code, relay=r.url)

@@ -10,6 +10,7 @@ import logging
 import socket
 import threading
 
+import aiohttp
 import pytest
 from swarm_util import KEYS, WAIT, RelayThread, batch_for, connect, sealed
 
@@ -24,6 +25,7 @@ from sapo_edge.swarm.guard import (
     quiet_accept_errors,
     raise_fd_limit,
 )
+from sapo_edge.swarm.handshake import HandshakeError
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.tasks import TaskRef
 
@@ -296,3 +298,50 @@ def test_an_address_over_its_byte_budget_is_cut_off(nodes) -> None:
     asyncio.run(go())
     assert node.wait_for(lambda: node.guard.counters["over_budget"] == 1, 5)
     assert node.counters["delivered"] <= 2  # the rest never reached the parser
+
+
+def test_fresh_idle_sockets_from_one_address_do_not_cut_its_honest_links() -> None:
+    """Issue 44, item 8: an attacker behind a class's address opens a new idle socket every
+    0.1-0.2 s. Each took the place of that address's oldest idle one once it was 2 s old, so
+    every slot stayed younger than that and the address's honest newcomers were refused (1-5 of
+    10 links got through). The address's oldest socket that never sent a byte makes room
+    once it is `idle_grace` old, and an honest handshake, which sends its request at once, is
+    kept. The guard's clock is the
+    test's: the attack runs in its time, whatever this machine's speed."""
+    import random
+    import time
+
+    r = RelayThread()
+    now = [time.monotonic()]
+    try:
+        guard = r.relay.guard
+        r.call(lambda: setattr(guard, "clock", lambda: now[0]))
+        rng, idle, linked, tried = random.Random(44), [], 0, 0
+
+        def accepted(n: int) -> None:
+            deadline = time.monotonic() + WAIT
+            while r.call(lambda: guard.counters["accepted"]) < n:
+                assert time.monotonic() < deadline, guard.counters
+                time.sleep(0.01)
+
+        async def link() -> bool:
+            try:
+                c = await connect(r.url, Identity.generate(), relay=True)
+            except (HandshakeError, aiohttp.ClientError, ConnectionError, TimeoutError):
+                return False
+            await c.close()
+            return True
+
+        for _ in range(10):
+            for _ in range(rng.randint(2, 5)):  # the attacker's fresh idle sockets
+                idle.append(socket.create_connection(("127.0.0.1", r.port), timeout=5))
+                accepted(len(idle) + tried)
+                now[0] += rng.uniform(0.1, 0.2)
+            linked += asyncio.run(link())  # the honest newcomer from the same address
+            tried += 1
+        assert linked == 10, (linked, guard.counters)
+        assert guard.counters["evicted"] >= len(idle) - guard.limits.pending_per_ip
+    finally:
+        for s in idle:
+            s.close()
+        r.close()

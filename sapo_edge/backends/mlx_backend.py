@@ -2,7 +2,8 @@
 (the step's loss in mlx_loss.py).
 
 Same settings with the same meaning as torch_backend.py. Nodes in one process share the base
-weights; each node keeps its own LoRA weights and AdamW state and swaps them in when it runs.
+weights; each node keeps its own LoRA weights and AdamW state and swaps them in when it runs,
+holding the base's lock for the call (nodes may sample and step on threads, one at a time).
 Adapters are saved in peft's layout, so torch and MLX checkpoints hold the same tensors.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,9 @@ class _SharedBase:
     eot_id: int  # the chat template's end of turn: closes a peer's finished completion
     adapters: set[str] = field(default_factory=set)
     active: str | None = None  # whose LoRA weights are in the model now
+    # held by a call that runs the model with this node's weights swapped in: another node's
+    # swap inside a step made the step train (and keep) the other node's weights
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 _SHARED: dict[tuple, _SharedBase] = {}
@@ -145,6 +150,7 @@ class MlxBackend(MlxLoss):
             )
         shared.adapters.add(adapter)
         self.shared, self.model, self.tok = shared, shared.model, shared.tokenizer
+        self.model_lock = shared.lock
         self.eos_ids, self.eot_id = shared.eos_ids, shared.eot_id
         self.pad_id = self.tok.pad_token_id
         self.compile_step = (self.device == "gpu") if compile_step is None else compile_step
@@ -182,9 +188,10 @@ class MlxBackend(MlxLoss):
         self.lora = self._fresh_lora(seed)
         self.optimizer = self._new_optimizer()
         self.seed = seed
-        if self.shared.active == self.adapter:
-            self.shared.active = None
-            self._activate()
+        with self.model_lock:
+            if self.shared.active == self.adapter:
+                self.shared.active = None
+                self._activate()
 
     def configure(self, cfg: Config) -> None:
         """New run-time settings from the next call (learning rate, clipping, beta, temperature,
@@ -219,6 +226,10 @@ class MlxBackend(MlxLoss):
         """All prompts x n completions in one left-padded batch; finished rows leave the batch.
         Each prompt is prefilled once and its KV cache and next-token logits repeated n times
         (prefix sharing, as the torch backend does)."""
+        with self.model_lock:
+            return self._generate(prompts, n, max_new_tokens, temperature, top_p, seed, progress)
+
+    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, seed, progress):
         self._activate()
         self.model.eval()
         share = self.share_prefix
@@ -311,8 +322,9 @@ class MlxBackend(MlxLoss):
             name: state[peft].T.astype(dtype) for name, peft in zip(self.lora, wanted, strict=True)
         }
         mx.eval(self.lora)
-        self.shared.active = None
-        self._activate()
+        with self.model_lock:
+            self.shared.active = None
+            self._activate()
 
     def load(self, directory: Path) -> None:
         directory = Path(directory)

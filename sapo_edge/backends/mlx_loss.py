@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -27,7 +28,7 @@ from .tokens import training_sequences
 
 class MlxLoss:
     """The train step and the log-probs of an MlxBackend (its mixin; it calls the backend's
-    _activate)."""
+    _activate, holding its model_lock: the base may be shared by nodes on threads)."""
 
     # set by MlxBackend.__init__ / reset() / configure()
     cfg: Config
@@ -38,6 +39,7 @@ class MlxLoss:
     lora: dict[str, mx.array]
     optimizer: optim.Optimizer
     seed: int
+    model_lock: Any  # the shared base's lock (threading.RLock)
     compile_step: bool
 
     def _build_step(self) -> None:
@@ -116,6 +118,10 @@ class MlxLoss:
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """Per-token log-probs of each sample's completion under this node's policy (input order)."""
+        with self.model_lock:
+            return self._logprobs(samples)
+
+    def _logprobs(self, samples: list[Sample]) -> list[list[float]]:
         self._activate()
         self.model.eval()
         out = []
@@ -131,6 +137,10 @@ class MlxLoss:
     def train_step(self, samples: list[Sample], progress=None) -> StepStats:
         """Micro-batched gradient accumulation; micro-batches before the last are evaluated to
         bound memory, the last one's forward/backward and the AdamW update share one mx.eval."""
+        with self.model_lock:  # this node's weights stay in the shared model for the step
+            return self._train_step(samples, progress)
+
+    def _train_step(self, samples: list[Sample], progress=None) -> StepStats:
         t0 = time.perf_counter()
         self._activate()
         cfg = self.cfg

@@ -2,13 +2,16 @@
 (the step's loss in torch_loss.py).
 
 Nodes in one process that load the same model directory share one copy of the base weights;
-each node owns a named peft LoRA adapter and its own AdamW optimizer.
+each node owns a named peft LoRA adapter and its own AdamW optimizer. What changes the shared
+model for a call (the active adapter, train mode, LoRA layers swapped for lean ones) holds the
+base's lock: nodes may sample and step on threads, one at a time on one base.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +56,9 @@ class _SharedBase:
     model: PeftModel
     tokenizer: object
     adapters: set[str] = field(default_factory=set)
+    # held by a call that changes the model for its duration: a second node's step inside the
+    # first one's swap wrapped its lean MLPs again and crashed ('_LeanGatedMlp' ... 'gate_proj')
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 hf_logging.disable_progress_bar()  # one line per round, not weight-loading bars
@@ -138,7 +144,8 @@ class TorchBackend(TorchLoss):
                     f"two nodes named {adapter.removeprefix('node_')!r} in one process: give each node its own name."
                 )
             else:
-                shared.model.add_adapter(adapter, lora)
+                with shared.lock:
+                    shared.model.add_adapter(adapter, lora)
         except ValueError as e:
             if "Target modules" in str(e):
                 raise ValueError(
@@ -146,7 +153,7 @@ class TorchBackend(TorchLoss):
                 ) from None
             raise
         shared.adapters.add(adapter)
-        self.model, self.tok = shared.model, shared.tokenizer
+        self.model, self.tok, self.model_lock = shared.model, shared.tokenizer, shared.lock
         self.lm = self.model.get_base_model()  # the transformers model under the LoRA layers
         self.params = [
             p for n, p in self.model.named_parameters() if "lora_" in n and f".{adapter}." in n
@@ -203,11 +210,15 @@ class TorchBackend(TorchLoss):
             self.tok, text, finished=finished, max_new_tokens=max_new_tokens, end_id=self.eot_id
         )
 
-    def _activate(self) -> None:
+    def _activate(self, train: bool = False) -> str:
+        """This node's adapter, active and trainable, the model in eval (or train) mode: the
+        caller holds model_lock. Returns the adapter's name."""
         if self.model.active_adapter != self.adapter:
             self.model.set_adapter(self.adapter)
         for p in self.params:  # set_adapter freezes the other adapters; keep ours trainable
             p.requires_grad_(True)
+        self.model.train(train)
+        return self.adapter
 
     def learn_pace(self, cfg: Config, model_id: str, report) -> None:
         """After a round on the CPU with every core it may use: keep what it took against
@@ -246,11 +257,10 @@ class TorchBackend(TorchLoss):
         times (prefix sharing); a completion leaves the batch as soon as it ends. LoRA runs lean
         (W x + B (A x), no merged copy of the weights) unless lean_lora is off, when float32
         folds it into a copy of the weights for the call (torch_decode.merged_lora)."""
-        self._activate()
-        self.model.eval()
         with (
+            self.model_lock,
             attention_kernels(self.device),
-            merged_lora(self.model, self.adapter, self.fuse_lora, self.lean_lora),
+            merged_lora(self.model, self._activate(), self.fuse_lora, self.lean_lora),
         ):
             return self._decode(prompts, n, max_new_tokens, temperature, top_p, seed, progress)
 
@@ -305,7 +315,8 @@ class TorchBackend(TorchLoss):
 
     def _set_adapter(self, state: dict[str, torch.Tensor], where: Path) -> None:
         try:
-            result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
+            with self.model_lock:
+                result = set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
         except (RuntimeError, ValueError, KeyError) as e:
             raise ValueError(
                 f"checkpoint {where} does not fit this model and LoRA settings (lora_r, lora_targets): {str(e)[:300]}"
@@ -348,7 +359,8 @@ class TorchBackend(TorchLoss):
             if shared.model is self.model and self.adapter in shared.adapters:
                 shared.adapters.discard(self.adapter)
                 if shared.adapters:
-                    self.model.delete_adapter(self.adapter)
+                    with shared.lock:
+                        self.model.delete_adapter(self.adapter)
                 else:
                     del _SHARED[key]
 

@@ -10,6 +10,7 @@ config (backends/torch_backend.py loads them); generation stays there.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 from peft import PeftModel
@@ -31,7 +32,7 @@ _PLAIN_HEAD_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 
 class TorchLoss:
     """The train step and the log-probs of a TorchBackend (its mixin; it calls the backend's
-    _activate and _pace)."""
+    _activate and _pace, and holds its model_lock: the base may be shared by nodes on threads)."""
 
     # set by TorchBackend.__init__ / reset() / configure()
     cfg: Config
@@ -44,6 +45,7 @@ class TorchLoss:
     optimizer: torch.optim.Optimizer
     seed: int
     fuse_lora: bool
+    model_lock: Any  # the shared base's lock (threading.RLock)
 
     def _sequences(self, samples: list[Sample]) -> list[tuple[list[int], list[int], float]]:
         return training_sequences(self.tok, samples, self.cfg)
@@ -125,11 +127,10 @@ class TorchLoss:
     @torch.no_grad()
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """Per-token log-probs of each sample's completion under this node's policy (input order)."""
-        self._activate()
-        self.model.eval()
         seqs = [(*row, i) for i, s in enumerate(samples) for row in self._sequences([s])]
         out: list[list[float]] = [[] for _ in samples]
-        with attention_kernels(self.device):
+        with self.model_lock, attention_kernels(self.device):
+            self._activate()
             for prompt, batches in self._by_prompt(seqs):
                 prefix = self._prefix(prompt)
                 for mb in batches:
@@ -139,9 +140,12 @@ class TorchLoss:
         return out
 
     def train_step(self, samples: list[Sample], progress=None) -> StepStats:
+        with self.model_lock:  # the step changes the shared model for its duration (see below)
+            return self._train_step(samples, progress)
+
+    def _train_step(self, samples: list[Sample], progress=None) -> StepStats:
         t0 = time.perf_counter()
-        self._activate()
-        self.model.train()
+        self._activate(train=True)
         self.optimizer.zero_grad(set_to_none=True)  # nothing left over from an abandoned step
         cfg = self.cfg
         seqs = self._sequences(samples)

@@ -45,14 +45,31 @@ _BODY = {
 }
 
 
+# What a genuine message can fail when it is shown out of its context: made for another room (a
+# class of last week: identities persist), too old, a second time, by another version, or in a
+# burst. Anyone who once received it can cause that, so the route that brought it is charged.
+CONTEXT_REASONS = frozenset(
+    {
+        "wrong_room",
+        "expired",
+        "replay",
+        "stale_round",
+        "rate_limited",
+        "unknown_version",
+        "old_version",
+    }
+)
+
+
 class BatchRejected(ProtocolError):
     """A refused batch; `signer` is the node id to blame when only the signer can have caused it
-    (it signed this content), else None: the route that delivered it is charged instead (a relay
-    can replay, delay or corrupt, but never sign)."""
+    (it signed this content, wrong in any context), else None: the route that delivered it is
+    charged instead (a relay can replay, delay or corrupt, but never sign; anyone can resend
+    what it once received in another room, time or version: CONTEXT_REASONS)."""
 
     def __init__(self, reason: str, message: str, signer: str | None = None) -> None:
         super().__init__(reason, message)
-        self.signer = signer
+        self.signer = None if reason.removeprefix("progress_") in CONTEXT_REASONS else signer
 
 
 def _aad(keys: RoomKeys) -> bytes:
@@ -149,8 +166,8 @@ class VerifiedBatch:
 
 
 class RolloutVerifier:
-    """Opens and checks sealed batches for one room: seal, signature, room, replay, staleness,
-    producers. Thread-confined (the network loop).
+    """Opens and checks sealed batches for one room: seal, signature, replay, room, age,
+    staleness, rate, producers. Thread-confined (the network loop).
 
     `seen` is keyed by (sender, batch id) and remembers the route a batch first came by, so the
     same batch by a second route (relay and LAN) is a duplicate, and nobody can burn another
@@ -198,23 +215,24 @@ class RolloutVerifier:
         """A VerifiedBatch, None for a duplicate by another route, or BatchRejected.
 
         admit(sender, signed sent_at) is asked once a batch is known to be new and validly
-        signed, before the costly decoding: False refuses it as rate_limited (the sender's own
-        doing)."""
+        signed, before the costly decoding: False refuses it as rate_limited (charged to the
+        route: on a direct link that is the sender; through a relay, a resent batch could
+        count twice once `seen` has forgotten it)."""
         try:
             raw = check_signature(msg)
         except ProtocolError as e:
             raise BatchRejected(e.reason, str(e)) from None
-        try:  # signed content: from here on, what is wrong with it is the signer's doing
+        try:  # signed content: what is wrong with it is the signer's doing (but CONTEXT_REASONS)
             body = parse_body(msg, raw)
         except ProtocolError as e:
             raise BatchRejected(e.reason, str(e), msg.sender) from None
-        if body["room"] != self.keys.lan_id:
-            raise BatchRejected("wrong_room", "the batch was made for another room.", msg.sender)
         first = self.seen.get((msg.sender, body["id"]))
         if first is not None:
             if first == route:
                 raise BatchRejected("replay", "this batch was already received by this route.")
             return None
+        if body["room"] != self.keys.lan_id:  # a genuine batch of another class, resent
+            raise BatchRejected("wrong_room", "the batch was made for another room.")
         now = time.time() if now is None else now
         skew = float(body["sent_at"]) - now
         if abs(skew) > self.window_s:
@@ -230,9 +248,7 @@ class RolloutVerifier:
                 "stale_round", f"round {body['round']} is far behind the sender's round {last}."
             )
         if admit is not None and not admit(msg.sender, float(body["sent_at"])):
-            raise BatchRejected(
-                "rate_limited", "the sender is over its batches per minute.", msg.sender
-            )
+            raise BatchRejected("rate_limited", "the sender is over its batches per minute.")
         payload = body["batch"].encode("utf-8")
         try:
             groups = decode_batch(payload, self.limits)

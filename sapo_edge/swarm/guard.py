@@ -1,7 +1,8 @@
 """Limits before work, at the TCP level (before any HTTP is parsed): a cap on connections in
-total, a cap on connections still unauthenticated (handshakes in flight) in total and per IP (the
-oldest is dropped to make room: of everyone for the total, of the newcomer's own address for the
-per-IP cap, so idle sockets from one address cannot keep its next newcomer out), a cap on
+total, a cap on connections still unauthenticated (handshakes in flight) in total and per IP (one
+is dropped to make room: the oldest of everyone for the total; for the per-IP cap, the newcomer's
+own address's oldest socket that never sent a byte, or its oldest, so idle sockets from one
+address, old or freshly opened, cannot keep its next newcomer out), a cap on
 authenticated links per IP (checked when a link authenticates: a class behind one NAT is many
 links from one address), a deadline from accept to an authenticated link, a byte cap before
 authentication and a per-IP byte budget. Also: the open-file limit raised where allowed, and asyncio's accept-error
@@ -26,9 +27,11 @@ class GuardLimits:
     connections_total: int = 512  # also capped by the open-file limit (see effective_total)
     connections_per_ip: int = 16  # authenticated links from one address (see promote)
     pending_total: int = 64  # not yet authenticated: the oldest is dropped when full
-    pending_per_ip: int = 8  # the same per address: that address's oldest is dropped...
-    pending_grace: float = 2.0  # ...once it is this old (younger: a handshake under way, and
-    # the newcomer is refused instead, so a crowd behind one NAT cannot keep evicting itself)
+    pending_per_ip: int = 8  # the same per address: its oldest socket that never sent a byte
+    idle_grace: float = 0.5  # is dropped once it is this old (a dialer sends its request at
+    # once; an idle socket never does), else the address's oldest
+    pending_grace: float = 2.0  # once it is this old (younger: a handshake under way, and the
+    # newcomer is refused instead, so a crowd behind one NAT cannot keep evicting itself)
     deadline: float = 10.0  # seconds from accept to an authenticated link
     preauth_bytes: int = 16 << 10  # HTTP upgrade + hello + auth fit in far less
     ip_bytes_per_minute: int = 128 << 20
@@ -79,12 +82,12 @@ class ConnectionGuard:
             self._reject(ip, "refused:connections_total")
             return None
         now = self.clock()
-        if self.pending_ip[ip] >= lim.pending_per_ip:  # make room: this address's oldest goes
-            oldest = next(c for c in self.pending if c.ip == ip)
-            if now - oldest.since < lim.pending_grace:
+        if self.pending_ip[ip] >= lim.pending_per_ip:  # make room: one of this address's goes
+            victim = self._stalled(ip, now)
+            if victim is None:
                 self._reject(ip, "refused:pending_per_ip")
                 return None
-            self._evict(oldest)
+            self._evict(victim)
         if len(self.pending) >= lim.pending_total:  # make room: drop the oldest handshake
             self._evict(next(iter(self.pending)))
         conn = _Conn(ip, transport, now)
@@ -95,6 +98,20 @@ class ConnectionGuard:
         loop = asyncio.get_running_loop()
         conn.timer = loop.call_later(lim.deadline, self._deadline, conn)
         return conn
+
+    def _stalled(self, ip: str, now: float) -> _Conn | None:
+        """The socket of `ip` a newcomer may take the place of: its oldest that never sent a
+        byte once that is `idle_grace` old (an attacker opening an idle socket every 0.1 s kept
+        every slot younger than `pending_grace`, and the address's honest newcomers were
+        refused), else its oldest once that is `pending_grace` old; None while all are
+        handshakes under way (a socket that sent its request waits on us: it is never the
+        idle one, however slow this machine is to answer)."""
+        lim = self.limits
+        mine = [c for c in self.pending if c.ip == ip]  # oldest first
+        idle = next((c for c in mine if c.bytes == 0), None)
+        if idle is not None and now - idle.since >= lim.idle_grace:
+            return idle
+        return mine[0] if now - mine[0].since >= lim.pending_grace else None
 
     def _evict(self, conn: _Conn) -> None:
         self._reject(conn.ip, "evicted")

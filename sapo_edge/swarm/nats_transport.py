@@ -4,9 +4,11 @@ room's relay route id, sharded so a node's inbound stays under its budget (shard
 arrives goes through the same Intake as websocket links: every check, limit and counted
 rejection applies unchanged, charged to the route 'relay:<url>' when the signer is not provably
 at fault. On top, per round: at most `budget_groups` messages verified and groups delivered; the
-rest is shed after the seal check (counted). What does not unseal (junk from anyone with publish rights on
-the server) counts neither against that budget nor in the rate the fan-in is planned from; it is
-capped apart (`junk_bytes_per_s` tried). Clients reconnect to another server of the cluster on their own.
+rest is shed after the seal check (counted). Before the seal, the junk gate (nats_gate.py): a
+member's tagged message is always tried; untagged bytes (junk from anyone with publish rights on
+the server) only while `junk_bytes_per_s` of junk holds; junk counts neither against the budget
+nor in the rate the fan-in is planned from. The class's stats and end subjects: nats_class.py.
+Clients reconnect to another server of the cluster on their own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Callable
 
 from .batches import MAX_SEALED_BYTES, unseal
 from .intake import Intake
+from .nats_class import ClassSubjects
+from .nats_gate import SEEN, SHED, TAG_OVERHEAD, TRY, JunkGate
 from .nats_room import (
     ENV_PASSWORD,
     ENV_TOKEN,
@@ -39,10 +43,8 @@ from .shards import (
     subtree_subject,
 )
 
-MAX_END_BYTES = 8 << 10  # the host's sealed goodbye (a progress message) is well under this
 
-
-class NatsRoute:
+class NatsRoute(ClassSubjects):
     """One room over NATS. Lives on the network loop: start(), publish(), round_done(), close()
     are called there (NetworkTransport schedules them); describe() and stats() from any thread.
 
@@ -84,7 +86,7 @@ class NatsRoute:
         self.tick_s, self.reconnect_wait = tick_s, reconnect_wait
         self.ping_interval, self.connect_timeout = ping_interval, connect_timeout
         self.pending_bytes = pending_bytes
-        self.junk_bytes_per_s, self.junk_bytes, self.junk_window = junk_bytes_per_s, 0, -1e9
+        self.gate = JunkGate(intake.verifier.keys, junk_bytes_per_s)
         self.rng = rng or random.Random(os.urandom(16))
         self.nc = nc  # given: a connection shared by many simulated nodes (bench/scale.py)
         self.shared = nc is not None
@@ -247,102 +249,48 @@ class NatsRoute:
             self.counters["nats_subscribed"] += 1
             self.lock.notify_all()
 
-    async def _subscribe_stats(self) -> None:
-        """The class's stats subject, for a node that wants them (the client re-subscribes it
-        after a reconnect by itself)."""
-        if not self.want_stats or self.nc is None or self.nc.is_closed:
-            return
-        if await self._listen(self.stats_subject, self._on_stats_msg, 1024, 16 << 20):
-            with self.lock:
-                self.stats_listening = True
-                self.lock.notify_all()
+    @property
+    def junk_bytes_per_s(self) -> int:
+        return self.gate.junk_bytes_per_s
 
-    async def _listen(self, subject: str, cb, msgs: int, bytes_: int) -> bool:
-        """Subscribe `cb` to one subject with a bounded queue; True once the server has it
-        (False while reconnecting: the client re-subscribes when back)."""
-        await self.nc.subscribe(subject, cb=cb, pending_msgs_limit=msgs, pending_bytes_limit=bytes_)
+    @junk_bytes_per_s.setter
+    def junk_bytes_per_s(self, value: int) -> None:
+        self.gate.junk_bytes_per_s = value
+
+    def _open(self, msg, max_bytes: int = MAX_SEALED_BYTES) -> bytes | None:
+        """The envelope inside `msg` once the junk gate lets it be tried and it unseals; None
+        (counted; what fails the seal is charged to the route) otherwise."""
+        data = msg.data
+        verdict = self.gate.verdict(msg.subject, data, msg.headers)
+        if verdict in (SHED, SEEN):
+            with self.lock:  # a junk flood this second, or a copy of an opened tag: unopened
+                self.counters["nats_junk_shed" if verdict == SHED else "nats_tag_seen"] += 1
+            return None
         try:
-            await self.nc.flush(timeout=5)
-        except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
-            return False
-        return True
-
-    async def _subscribe_end(self) -> None:
-        """The host's goodbye subject, for a student (re-subscribed by the client after a
-        reconnect by itself). Its queue is small: the host sends one message."""
-        if not self.want_end or self.nc is None or self.nc.is_closed:
-            return
-        if await self._listen(self.end_subject, self._on_end_msg, 64, 64 * MAX_END_BYTES):
-            with self.lock:
-                self.end_listening = True
-                self.lock.notify_all()
-
-    async def _on_end_msg(self, msg) -> None:
-        """Anyone with publish rights may send here: bounded before it is opened (size, and
-        the route's junk bytes a second), then checked like any member's stats (only the host's
-        signed "ended" is heeded: join.py)."""
-        now = time.monotonic()
-        with self.lock:
-            self.counters["nats_end_in"] += 1
-            self.lock.notify_all()
-            if now - self.junk_window >= 1.0:  # the route's junk cap holds here too
-                self.junk_window, self.junk_bytes = now, 0
-            if self.junk_bytes >= self.junk_bytes_per_s:
-                self.counters["nats_junk_shed"] += 1
-                return
-            self.junk_bytes += len(msg.data)  # all charged: the one honest message here is
-            # the host's single goodbye
-        if len(msg.data) > MAX_END_BYTES:
+            if len(data) > max_bytes:
+                raise ProtocolError("too_large", f"{len(data)} bytes, over {max_bytes}.")
+            envelope = unseal(self.intake.verifier.keys, data)
+        except ProtocolError as e:
+            self.gate.failed(data, verdict)
             with self.lock:
                 self.counters["nats_junk"] += 1
-            self.intake.reject_route(self.key, "too_large")
-            return
-        self.intake.accept(self.key, "relay", msg.data, stats_only=True)
-
-    async def say_goodbye(self, sealed: bytes, timeout: float) -> bool:
-        """Publish the host's goodbye on the end subject and wait (at most `timeout`) until the
-        server has it; False when NATS is down or the wait ran out."""
-        nc = self.nc
-        if not self.up or nc is None or nc.is_closed or len(sealed) > MAX_END_BYTES:
-            return False
-        try:
-            await nc.publish(self.end_subject, sealed)
-            await nc.flush(timeout=max(0.1, timeout))
-        except Exception:  # noqa: BLE001 - a closing or reconnecting client: not delivered
-            return False
-        with self.lock:
-            self.counters["nats_goodbyes"] += 1
-        return True
-
-    async def _on_stats_msg(self, msg) -> None:
-        with self.lock:
-            self.counters["nats_stats_in"] += 1
-        self.intake.accept(self.key, "relay", msg.data, stats_only=True)
+            self.intake.reject_route(self.key, e.reason)
+            return None
+        if verdict == TRY:
+            self.gate.opened(data)
+        return envelope
 
     async def _on_msg(self, msg) -> None:
         """Only what unseals (a room member made it) counts: in the rate the fan-in is planned
         from, and against the round's budget of messages verified (over it, the rest is shed
         after the seal check, before any parsing or signature check). Junk (anyone with
-        publish rights on the server can send it) is charged to the route and capped apart:
-        once `junk_bytes_per_s` of it was tried within a second, the rest of that second is
-        dropped unopened."""
-        data = msg.data
-        now = time.monotonic()
+        publish rights on the server can send it) is charged to the route and capped apart,
+        by the junk gate, which never sheds a member's tagged message."""
         with self.lock:
             self.counters["nats_in_msgs"] += 1
-            self.counters["nats_in_bytes"] += len(data)
-            if now - self.junk_window >= 1.0:
-                self.junk_window, self.junk_bytes = now, 0
-            if self.junk_bytes >= self.junk_bytes_per_s:
-                self.counters["nats_junk_shed"] += 1  # a junk flood: this second, unopened
-                return
-        try:
-            envelope = unseal(self.intake.verifier.keys, data)
-        except ProtocolError as e:
-            with self.lock:
-                self.junk_bytes += len(data)
-                self.counters["nats_junk"] += 1
-            self.intake.reject_route(self.key, e.reason)
+            self.counters["nats_in_bytes"] += len(msg.data)
+        envelope = self._open(msg)
+        if envelope is None:
             return
         self.estimate.arrived()  # a member's message: it counts in the room's rate, shed or not
         with self.lock:
@@ -396,7 +344,7 @@ class NatsRoute:
             with self.lock:
                 self.counters["nats_publish_dropped"] += 1
             return None
-        if len(sealed) > nc.max_payload:
+        if len(sealed) + TAG_OVERHEAD > nc.max_payload:
             with self.lock:
                 self.counters["publish_too_large"] += 1
             self.log(
@@ -405,14 +353,14 @@ class NatsRoute:
             )
             return None
         subject = subject or leaf_subject(self.relay_id, self.rng)
-        self._spawn(self._publish(nc, subject, sealed))
+        self._spawn(self._publish(nc, subject, sealed, self.gate.headers(subject, sealed)))
         return subject
 
-    async def _publish(self, nc, subject: str, sealed: bytes) -> None:
+    async def _publish(self, nc, subject: str, sealed: bytes, headers: dict[str, str]) -> None:
         from nats.errors import Error as NatsError
 
         try:
-            await nc.publish(subject, sealed)
+            await nc.publish(subject, sealed, headers=headers)
         except (NatsError, OSError) as e:
             with self.lock:
                 self.counters["nats_publish_dropped"] += 1

@@ -1,7 +1,8 @@
 """The receiving side of members' stats (stats.py): each message checked (signature, room,
 replay by sender and id, age, the sender's rate, then the figures or the progress) and, once
 good, counted and handed to the class view; a bad one is counted as `stats_<reason>` (or
-`progress_<reason>`) and charged like a bad batch (the signer when it signed it, else the route).
+`progress_<reason>`) and charged like a bad batch (the signer when what it signed is wrong, else
+the route: another room, age, replay and rate are batches.CONTEXT_REASONS).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class VerifiedStats:
 
 
 class StatsVerifier:
-    """Checks stats messages for one room: signature, room, replay by (sender, id), age, the
+    """Checks stats messages for one room: signature, replay by (sender, id), room, age, the
     sender's rate, then the figures. Progress messages: the same checks, a size limit of their
     own and a rate of their own (`progress_per_minute`); what is wrong with one is counted as
     progress_<reason>. Thread-confined (the network loop)."""
@@ -103,7 +104,7 @@ class StatsVerifier:
         except ProtocolError as e:
             raise BatchRejected(e.reason, str(e)) from None
         kind = ""
-        try:  # signed: from here on what is wrong is the signer's doing
+        try:  # signed: what is wrong here is the signer's doing (but CONTEXT_REASONS)
             obj = load(raw, MAX_STATS_BYTES)
             if isinstance(obj, dict) and "progress" in obj:
                 kind = "progress_"
@@ -118,13 +119,13 @@ class StatsVerifier:
                 raise ProtocolError("bad_identity", "the signed stats name another sender.")
         except ProtocolError as e:
             raise BatchRejected(kind + e.reason, str(e), msg.sender) from None
-        if body["room"] != self.keys.lan_id:
-            raise BatchRejected("wrong_room", "the stats were made for another room.", msg.sender)
         first = self.seen.get((msg.sender, body["id"]))
         if first is not None:
             if first == route:
                 raise BatchRejected("replay", "these stats were already received by this route.")
             return None
+        if body["room"] != self.keys.lan_id:  # genuine stats of another class, resent
+            raise BatchRejected("wrong_room", "the stats were made for another room.")
         now = time.time() if now is None else now
         sent_at = float(body["sent_at"])
         if not math.isfinite(sent_at) or abs(now - sent_at) > self.window_s:
@@ -133,7 +134,7 @@ class StatsVerifier:
             )
         relay = route.startswith("relay:")
         if not self._rate_ok(msg.sender, now, sent_at, relay, bool(kind)):
-            raise BatchRejected(kind + "rate_limited", "over its stats per minute.", msg.sender)
+            raise BatchRejected(kind + "rate_limited", "over its stats per minute.")
         if kind:
             try:
                 progress = Progress.from_json(body["progress"])
