@@ -70,3 +70,56 @@ def test_each_newcomer_s_welcome_carries_its_own_hint(nodes):
     assert read_invite(a.extra).settings["format_example"] is True
     assert read_invite(b.extra).settings["format_example"] is False
     assert hints.given == [first.node_id]
+
+
+def test_a_host_with_a_hint_gives_it_to_whom_it_names(tmp_path):
+    """A real ClassHost: `--hint 1` gives the first student to join the example (its settings
+    say so), the second never, the teacher's own node neither; the board marks the hinted
+    row; the class's saved settings are the students' without the example."""
+    import json
+
+    from test_classroom import student
+
+    from sapo_edge.classroom.host import INFO_FILE
+    from sapo_edge.swarm.progress import Progress
+
+    h = _hinting_host(tmp_path, "1")
+    try:
+        ada = student(h, tmp_path, "ada")
+        bob = student(h, tmp_path, "bob")
+        assert ada.cfg.format_example is True and bob.cfg.format_example is False
+        assert h.hints.host_config(h.cfg).format_example is False
+        assert h.hints.given == [ada.transport.ident.node_id]
+        for j in (ada, bob):  # rows from their progress, as a student's node would send
+            h.board.record_progress(j.transport.ident.node_id, Progress("loading", name=j.cfg.name))
+        rows = {r.name: r for r in h.board.snapshot().members}
+        assert rows["ada"].hinted and not rows["bob"].hinted
+        info = json.loads((tmp_path / "host" / INFO_FILE).read_text())
+        assert info["hint"] == "1" and info["settings"]["format_example"] is False
+    finally:
+        h.close()
+
+
+def test_the_teacher_s_hint_is_its_own_only(tmp_path):
+    from test_classroom import student
+
+    h = _hinting_host(tmp_path, "host")
+    try:
+        assert h.hints.host_config(h.cfg).format_example is True
+        assert student(h, tmp_path, "ada").cfg.format_example is False
+        assert "this laptop" in h.hints.describe()
+    finally:
+        h.close()
+
+
+def _hinting_host(tmp_path, hint: str):
+    from scripted import make_cfg
+    from test_classroom import fast
+
+    from sapo_edge.classroom.host import ClassHost, HostOptions
+
+    cfg = make_cfg(tmp_path / "host", listen="127.0.0.1:0", mdns=False, rounds=10, hint=hint)
+    opts = HostOptions(address="127.0.0.1", relay_host="127.0.0.1", relay_port=0, web="")
+    h = ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None).start()
+    fast(h.transport)
+    return h

@@ -181,7 +181,7 @@ def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
         [*common, "--dump-dom", url], capture_output=True, text=True, timeout=90, check=False
     ).stdout
     assert f'sapo-edge join <span id="code">{CODE}</span>' in dom  # drawn by the script
-    for name in ("teacher", "ada", "bob", "solo"):
+    for name in ("teacher (host)", "ada", "bob", "solo (baseline)"):  # the page's marks
         assert f"<td>{name}</td>" in dom
     assert "&lt;img src=x onerror=alert(1)&gt;[b]x" in dom  # text, not an element
     assert '<img src="x"' not in dom and 'onerror="' not in dom

@@ -106,6 +106,7 @@ class ClassBoard:
         self.members: dict[str, _Member] = {}
         self.dropped: Counter = Counter()  # board_full, unsaved, unreadable (class.jsonl lines)
         self.on_change: Callable[[], None] | None = None
+        self.hinted: Callable[[str], bool] = lambda _node_id: False  # sees the worked example
         self.seats = Seats(max_members - 1)
         self._lock = threading.Lock()
         self.version = 0  # bumped on every change
@@ -374,6 +375,12 @@ class ClassBoard:
                     received_here=None,
                     last_seen=m.last_seen,
                     state=clean(m.state(), 60),
+                    tagged=p.tagged,
+                    strict=p.strict,
+                    first_tagged=p.first_tagged,
+                    taught_by=p.taught_by,
+                    hinted=self.hinted(m.node_id),
+                    tags_curve=p.tags_curve,
                 )
             )
         _key, _given, matrix, matrix_ids, means = self._exchange

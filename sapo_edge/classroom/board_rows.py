@@ -37,6 +37,17 @@ class MemberRow:
     # a board read back from class.jsonl without the host's counts)
     last_seen: float  # unix time of its newest figures or progress
     state: str = ""  # what it says it is doing: 'round 3 · generating 40%', 'round 2 done'
+    # the Aha lesson (issue 45): its newest round's share of answers in tags and strict reward
+    # (None: not said), the first round (1-based) it answered right inside the tags (0: not
+    # yet), whom it had trained on most rewarded groups from before then ("": nobody), and
+    # whether it sees the worked example (the teacher's hint)
+    tagged: float | None = None
+    strict: float | None = None
+    first_tagged: int = 0
+    taught_by: str = ""
+    hinted: bool = False
+    tags_curve: list[tuple[int, float, float]] = field(default_factory=list)  # (round, 1-based;
+    # share in tags; strict reward) of the rounds that said them
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class ClassSnapshot:
             "baseline": [list(p) for p in self.baseline],
             "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
             "matrix_ids": list(self.matrix_ids),
+            "first_tagged": first_tagged_lines(self.members),
             "now": self.now,
         }
 
@@ -70,6 +82,11 @@ class RowParts:
     curve: list[tuple[int, float]]  # (round, 1-based; reward), oldest first
     shared: int
     aha: int
+    tagged: float | None = None  # the newest round's that said them
+    strict: float | None = None
+    first_tagged: int = 0  # MemberRow's
+    taught_by: str = ""
+    tags_curve: list[tuple[int, float, float]] = field(default_factory=list)
 
     @classmethod
     def of(cls, m: Any) -> RowParts:
@@ -78,7 +95,34 @@ class RowParts:
         scored = scored_round(m)
         if scored is not None:  # the round under way, scored: its point before its train step
             curve.append((scored[0] + 1, scored[1]))
-        return cls(curve, sum(s.shared for s in ordered), sum(s.aha for s in ordered))
+        said = [s for s in ordered if s.tagged is not None and s.strict is not None]
+        first, taught_by = first_tagged(ordered)
+        return cls(
+            curve,
+            sum(s.shared for s in ordered),
+            sum(s.aha for s in ordered),
+            said[-1].tagged if said else None,
+            said[-1].strict if said else None,
+            first,
+            taught_by,
+            [(s.round + 1, s.tagged, s.strict) for s in said],
+        )
+
+
+def first_tagged(ordered: list[Any]) -> tuple[int, str]:
+    """(the first round, 1-based, whose strict reward is above 0; the producer whose groups it
+    had trained on most rewarded ones of in the rounds before it), or (0, "") before any such
+    round. A round's answers come before its train step: what taught it is in earlier rounds."""
+    for k, s in enumerate(ordered):
+        if s.strict is not None and s.strict > 0:
+            rewarded: dict[str, tuple[int, int]] = {}
+            for earlier in ordered[:k]:
+                for producer, (t, r) in earlier.learned.items():
+                    had = rewarded.get(producer, (0, 0))
+                    rewarded[producer] = (had[0] + r, had[1] + t)
+            best = max(rewarded.items(), key=lambda kv: (kv[1], kv[0]), default=("", (0, 0)))
+            return s.round + 1, best[0] if best[1][0] > 0 else ""
+    return 0, ""
 
 
 def scored_round(m: Any) -> tuple[int, float] | None:
@@ -98,9 +142,18 @@ def is_final(state: str) -> bool:
     return state == "left" or state.startswith("done after")
 
 
-# The views add "(host)" and "(baseline)" after the names of those rows: a member's own name
-# cannot carry them (a student's "Ms Smith (host)" row must not pass for the teacher's).
-MARKS = re.compile(r"(\s*[(\[]\s*(host|baseline)\s*[)\]])+\s*$", re.IGNORECASE)
+# The views add "(host)", "(baseline)" and "(hint)" after the names of those rows (row_marks): a
+# member's own name cannot carry them (a student's "Ms Smith (host)" row must not pass for the
+# teacher's).
+_MARK = r"(host|baseline|hint)"
+MARKS = re.compile(rf"(\s*[(\[]\s*{_MARK}(\s*,\s*{_MARK})*\s*[)\]])+\s*$", re.IGNORECASE)
+
+
+def row_marks(row: MemberRow) -> str:
+    """' (host)', ' (baseline)', ' (host, hint)' (it sees the worked example) or ''."""
+    marks = ["host"] if row.is_host else ["baseline"] if row.role == "baseline" else []
+    marks += ["hint"] if row.hinted else []
+    return f" ({', '.join(marks)})" if marks else ""
 
 
 def display_names(members: list[Any]) -> dict[str, str]:
@@ -129,3 +182,21 @@ def mean_by_round(
             for r, reward in curves[row.node_id]:
                 by_round.setdefault(r, []).append(reward)
     return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items()) if 2 * len(v) > members]
+
+
+def first_tagged_lines(rows: list[MemberRow]) -> list[str]:
+    """One line per member that answered right inside the tags, in the order it first did:
+    'ada: right in tags from round 7, after trainer's groups' (whose rewarded groups it had
+    trained on most), '... (its own hint)' for a member that sees the worked example, '... on
+    its own' when it had trained on no rewarded group of anyone's before."""
+    names = {r.node_id: r.name for r in rows}
+    lines = []
+    for r in sorted((r for r in rows if r.first_tagged), key=lambda r: (r.first_tagged, r.name)):
+        if r.hinted:
+            how = "(it has the hint)"
+        elif r.taught_by:
+            how = f"after {names.get(r.taught_by, r.taught_by[:8])}'s groups"
+        else:
+            how = "on its own"
+        lines.append(f"{r.name}: right in tags from round {r.first_tagged}, {how}")
+    return lines

@@ -44,6 +44,21 @@ class Hints:
             self.given.append(node_id)
         return self.invite(bool(node_id) and node_id in self.given)
 
+    def describe(self) -> str:
+        """The host's log line: who sees the worked example."""
+        who = ["this laptop"] if self.host else []
+        if self.students:
+            who.append(f"the first {self.students} student{'s' if self.students != 1 else ''}")
+        return (
+            f"the worked example: {' and '.join(who)} (--hint {self.plan_text()}); the others never "
+            "see it and answer right only inside <answer> tags once they learned the format"
+        )
+
+    def plan_text(self) -> str:
+        return ",".join(
+            (["host"] if self.host else []) + ([str(self.students)] if self.students else [])
+        )
+
     def hinted(self, node_id: str, host_id: str) -> bool:
         """Does this member see the example (for the class view's rows)?"""
         if not self.active:

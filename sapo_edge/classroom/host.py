@@ -11,7 +11,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,10 @@ from ..swarm.progress import Progress
 from ..swarm.roomkey import new_room_key
 from .board import CLASS_FILE, ClassBoard
 from .code import format_code, qr_lines
+from .hint import Hints
 from .host_services import HostServices, lan_address
 from .member import ClassMember, printable
-from .settings import describe_task, make_invite
+from .settings import describe_task, make_invite, read_invite
 
 INFO_FILE = "class-info.json"  # who hosted, the task: what `report` needs besides class.jsonl
 MAX_WRONG_CODES = 10  # a code survives this many wrong tries (typos of a whole class)
@@ -98,6 +99,7 @@ class ClassHost:
         self.services: HostServices | None = None
         self.board: ClassBoard | None = None
         self.admissions: Admissions | None = None
+        self.hints = Hints(cfg, lambda _example: "")  # set up with the invite at start()
         self._said_full = -1e9  # when the log last said the class is full
 
     # ------------------------------------------------------------------ lifecycle
@@ -183,6 +185,22 @@ class ClassHost:
         if self.opts.train:  # the host's own row from the first second, while its model loads
             said = dict(name=printable(name, 40), model=printable(self.cfg.model, 120))
             self.board.record_progress(ident.node_id, Progress("loading", **said))
+        host_id = ident.node_id
+        self.hints = Hints(  # who sees the worked example: each newcomer's own settings
+            self.cfg,
+            lambda example: make_invite(
+                replace(self.cfg, format_example=example),
+                invite.node_port,
+                invite.relay_port,
+                name,
+                host_id,
+            ).to_text(),
+        )
+        if self.hints.active:
+            invite = read_invite(self.hints.extra_for(None))  # the students' settings, no hint
+            self.admissions.extra_for = self.hints.extra_for
+            self.board.hinted = lambda node_id: self.hints.hinted(node_id, host_id)
+            self.log(self.hints.describe())
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
         self.new_code()
         info = {
@@ -191,6 +209,7 @@ class ClassHost:
             "task": self.task,
             "settings": invite.settings,
             "started": self.started_at,
+            "hint": self.cfg.hint,  # who saw the worked example ("": as the settings say)
         }
         (self.out_dir / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         return self
@@ -335,7 +354,8 @@ class ClassHost:
         """Train this laptop as a member (blocks until its rounds are done or it is stopped)."""
         from ..runner import run_single
 
-        return run_single(self.cfg, self.member_callback(callback), log, control, self.transport)
+        cfg = self.hints.host_config(self.cfg)  # the example when the hint names the host
+        return run_single(cfg, self.member_callback(callback), log, control, self.transport)
 
 
 def _qr_svg(code: str) -> str:

@@ -44,7 +44,13 @@ def round_stats(report: Any, groups: Any, node: Any, role: str = "member") -> Ro
         learned=learned,
         **node_claims(node),
         role=role,
+        tagged=_fraction(getattr(report, "tagged_share", None)),
+        strict=_fraction(getattr(report, "strict_reward", None)),
     )
+
+
+def _fraction(v: Any) -> float | None:
+    return None if v is None else min(max(float(v), 0.0), 1.0)
 
 
 def node_claims(node: Any) -> dict[str, str]:

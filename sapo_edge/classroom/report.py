@@ -14,8 +14,9 @@ from typing import Any
 
 from ..textsafe import clean
 from .board import CLASS_FILE, ClassBoard
-from .board_rows import ClassSnapshot
+from .board_rows import ClassSnapshot, row_marks
 from .host import INFO_FILE
+from .report_tags import plot_tags
 
 CSV_COLUMNS = [
     "name",
@@ -32,6 +33,10 @@ CSV_COLUMNS = [
     "rewarded_by_others",
     "aha",
     "received_by_host",
+    "in_tags_last",
+    "strict_last",
+    "first_right_in_tags",
+    "taught_by",
 ]
 
 
@@ -137,6 +142,10 @@ def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[
                 "rewarded_by_others": m.rewarded_by_others,
                 "aha": m.aha,
                 "received_by_host": m.received_here,
+                "in_tags_last": m.tagged,
+                "strict_last": m.strict,
+                "first_right_in_tags": m.first_tagged or None,
+                "taught_by": m.taught_by or None,
             }
         )
     csv_path = run_dir / "class.csv"
@@ -155,6 +164,7 @@ def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[
                 "members": rows,
                 "curves": data["curves"],
                 "class_mean": data["swarm_mean"],
+                "first_right_in_tags": data["first_tagged"],
                 "solo_baseline": data["baseline"],
                 "learned_from": data["matrix"],
                 "note": "figures are each member's own signed claims; received_by_host is what "
@@ -166,7 +176,8 @@ def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[
         encoding="utf-8",
     )
     curves, matrix = _plots(snap, run_dir, clean(info.get("task", ""), 120))
-    return [csv_path, json_path, curves, matrix]
+    tags = plot_tags(snap, run_dir)
+    return [csv_path, json_path, curves, matrix, *([tags] if tags else [])]
 
 
 def end_of_class(
@@ -202,11 +213,12 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
         ring = {"markerfacecolor": "none", "markeredgewidth": 2} if hollow else {}
         return {"marker": "D" if hollow else "o", "markersize": size, **ring}
 
-    names = {
-        m.node_id: clean(m.name, 24)
-        + (" (host)" if m.is_host else " (baseline)" if m.role == "baseline" else "")
-        for m in snap.members
-    }
+    names = {m.node_id: clean(m.name, 24) + row_marks(m) for m in snap.members}
+    taught = {m.node_id: m.taught_by for m in snap.members}
+
+    def first(producer: str, learner: str) -> bool:
+        return bool(producer) and taught.get(learner) == producer
+
     with matplotlib.rc_context({"text.parse_math": False, "figure.dpi": 100}):
         fig, ax = plt.subplots(figsize=(9, 5))
         for m in snap.members:
@@ -265,14 +277,14 @@ def _plots(snap: ClassSnapshot, run_dir: Path, task: str) -> tuple[Path, Path]:
                 ax.text(
                     j,
                     i,
-                    "·" if i == j else str(value),
+                    "·" if i == j else f"{value}*" if first(ids[i], ids[j]) else str(value),
                     ha="center",
                     va="center",
                     color="white" if value > max(max(map(max, grid or [[0]])), 1) / 2 else "black",
                 )
         ax.set_xlabel("trained on them and rewarded (learner)")
         ax.set_ylabel("groups from (producer)")
-        ax.set_title("Who learned from whom")
+        ax.set_title("Who learned from whom (*: first right answer in tags came after)")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
         fig.tight_layout()
         matrix = run_dir / "learned_from.png"

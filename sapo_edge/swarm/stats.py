@@ -49,6 +49,19 @@ _STATS = {
     "role": ("str", 16),
 }
 _HEX = set("0123456789abcdef")
+_OPTIONAL = ("tagged", "strict")  # fractions in [0, 1]; a member may leave them out
+
+
+def _optional(obj: Any) -> tuple[Any, dict[str, float]]:
+    """The stats object without its optional fields, and those fields checked (ProtocolError)."""
+    if not isinstance(obj, dict) or not any(k in obj for k in _OPTIONAL):
+        return obj, {}
+    said = {k: obj[k] for k in _OPTIONAL if k in obj}
+    check_fields(said, {k: ("float", 0) for k in said}, "stats")
+    for key, v in said.items():
+        if not 0.0 <= float(v) <= 1.0:
+            raise ProtocolError("bad_value", f"stats.{key} must be in [0, 1].")
+    return {k: v for k, v in obj.items() if k not in said}, {k: float(v) for k, v in said.items()}
 
 
 @dataclass(frozen=True)
@@ -67,8 +80,15 @@ class RoundStats:
     backend: str
     device: str
     role: str = "member"
+    # the round's share of answers in <answer> tags and its strict reward (right inside the
+    # tags only), when it said them (an older member does not): what the Aha lesson shows
+    tagged: float | None = None
+    strict: float | None = None
 
     def to_json(self) -> dict[str, Any]:
+        said = {
+            k: v for k, v in (("tagged", self.tagged), ("strict", self.strict)) if v is not None
+        }
         return {
             "round": self.round,
             "reward": self.reward,
@@ -82,12 +102,14 @@ class RoundStats:
             "backend": self.backend,
             "device": self.device,
             "role": self.role,
+            **said,
         }
 
     @classmethod
     def from_json(cls, obj: Any) -> RoundStats:
         """Validate a stats object from the network (or class.jsonl); only ProtocolError."""
-        d = check_stats_fields(obj, _STATS, "stats")
+        d, said = _optional(obj)
+        d = check_stats_fields(d, _STATS, "stats")
         for key in ("round", "shared", "trained_local", "trained_external", "aha"):
             if d[key] > MAX_COUNT:
                 raise ProtocolError("bad_value", f"stats.{key} is over {MAX_COUNT}.")
@@ -131,6 +153,8 @@ class RoundStats:
             d["backend"],
             d["device"],
             d["role"],
+            said.get("tagged"),
+            said.get("strict"),
         )
 
 

@@ -14,7 +14,13 @@ from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ...classroom.board_rows import ClassSnapshot, MemberRow, is_final
+from ...classroom.board_rows import (
+    ClassSnapshot,
+    MemberRow,
+    first_tagged_lines,
+    is_final,
+    row_marks,
+)
 from ...textsafe import clean, short_name
 from .keyed_table import KeyedTable
 from .tables import ago
@@ -34,7 +40,7 @@ NAME_WIDTH, MAX_NAME_WIDTH = 18, 44  # a member's name in the table, suffix incl
 
 
 def _name(row: MemberRow, width: int = NAME_WIDTH) -> Text:
-    suffix = " (host)" if row.is_host else " (baseline)" if row.role == "baseline" else ""
+    suffix = row_marks(row)
     return Text(short_name(clean(row.name), width - len(suffix)) + suffix)
 
 
@@ -100,6 +106,8 @@ class MembersTable(KeyedTable):
         "rounds",
         "reward5",
         "trend",
+        "tags",
+        "strict",
         "shared",
         "used",
         "Aha",
@@ -116,22 +124,29 @@ class MembersTable(KeyedTable):
             "members: each one's own signed figures (used: by others; recv: groups verified here)"
         )
 
-    OTHERS = 100  # the columns but the name and the model, with their padding, at their widest
+    OTHERS = 116  # the columns but the name and the model, with their padding, at their widest
     MODEL_FROM = 160  # the model column from this many columns (a class mostly runs one model)
+    BACKEND_FROM = 150  # the backend column from this many (the page always shows both)
 
     def show(self, snap: ClassSnapshot) -> None:
         """Only what changed is redrawn (KeyedTable): a class of 256 sends a progress each."""
         with_model = self.size.width >= self.MODEL_FROM
+        with_backend = self.size.width >= self.BACKEND_FROM
         # names in full where the terminal has room ('mellow-quokka-3f2a (host)' at 140)
-        others = self.OTHERS + (16 if with_model else 0)
+        others = self.OTHERS + (16 if with_model else 0) - (0 if with_backend else 16)
         width = max(NAME_WIDTH, min(MAX_NAME_WIDTH, self.size.width - others))
-        columns = {c: c for c in self.COLUMNS if with_model or c != "model"}
+        dropped = {"model"} - ({"model"} if with_model else set())
+        dropped |= set() if with_backend else {"backend"}
+        columns = {c: c for c in self.COLUMNS if c not in dropped}
         rows, made = {}, {}
         for m in snap.members:  # a row's cells are made again only when what they show moved
-            what, when = (m, width, with_model), (ago(snap.now - m.last_seen), _quiet(m, snap.now))
+            what, when = (
+                (m, width, with_model, with_backend),
+                (ago(snap.now - m.last_seen), _quiet(m, snap.now)),
+            )
             had = self._made.get(m.node_id)
             if had is None or had[0] != what:
-                cells = _member_cells(m, snap.now, width, with_model)
+                cells = _member_cells(m, snap.now, width, with_model, with_backend)
             elif had[1] != when:  # only time went by: "doing" (quiet?) and "seen"
                 cells = list(had[2])
                 cells[1], cells[-1] = _doing(m, snap.now), Text(when[0])
@@ -142,8 +157,8 @@ class MembersTable(KeyedTable):
         if not rows:
             blank = [""] * (len(columns) - 2)
             rows = {"": [Text("nobody yet"), Text("students: sapo-edge join CODE"), *blank]}
-        if (with_model, width) != getattr(self, "_layout", None):  # names cut anew
-            self._layout = (with_model, width)
+        if (with_model, with_backend, width) != getattr(self, "_layout", None):  # cut anew
+            self._layout = (with_model, with_backend, width)
             self._columns = {}
         self.show_rows(columns, rows, self.LEAST)
 
@@ -151,7 +166,9 @@ class MembersTable(KeyedTable):
     LEAST = {"doing": 24, "seen": 7}
 
 
-def _member_cells(m: MemberRow, now: float, width: int, with_model: bool) -> list[Any]:
+def _member_cells(
+    m: MemberRow, now: float, width: int, with_model: bool, with_backend: bool = True
+) -> list[Any]:
     """One member's row: its name (cut to `width`), what it is doing, its figures (all Text:
     a DataTable parses a str cell as markup)."""
     reward = "-" if m.recent_reward is None else f"{m.recent_reward:.2f}"
@@ -159,11 +176,13 @@ def _member_cells(m: MemberRow, now: float, width: int, with_model: bool) -> lis
     return [
         _name(m, width),
         _doing(m, now),
-        Text(clean(m.backend, 14)),
+        *([Text(clean(m.backend, 14))] if with_backend else []),
         *([model] if with_model else []),
         Text(str(m.rounds)),
         Text(reward),
         Text(sparkline(m.rewards, 6), style="green"),
+        Text("-" if m.tagged is None else f"{m.tagged:.0%}"),
+        Text("-" if m.strict is None else f"{m.strict:.2f}", style="bold" if m.strict else ""),
         Text(str(m.shared)),
         Text(str(m.used_by_others)),
         Text(str(m.aha), style="bold yellow" if m.aha else ""),
@@ -246,7 +265,9 @@ class LearnedMatrix(ScrollableContainer):
 
     def on_mount(self) -> None:
         self.border_title = "who learned from whom"
-        self.border_subtitle = "row's groups: trained on, rewarded"
+        self.border_subtitle = (
+            "row's groups the column rewarded · *: its first right answer in tags came after"
+        )
         self.row_count = 0
         self._shown: Text | None = None
 
@@ -267,8 +288,12 @@ class LearnedMatrix(ScrollableContainer):
                     out.append(" " + _cells("·", 7, right=True), style="dim")
                 else:
                     rewarded = row.get(b.node_id, (0, 0))[1]
-                    cell = " " + _cells(str(rewarded), 7, right=True)
-                    out.append(cell, style="bold" if rewarded else "dim")
+                    first = b.taught_by == a.node_id  # b's first tagged right answer followed
+                    text = f"{rewarded}*" if first else str(rewarded)
+                    style = "bold yellow" if first else "bold" if rewarded else "dim"
+                    out.append(" " + _cells(text, 7, right=True), style=style)
+        for line in first_tagged_lines(snap.members):
+            out.append("\n " + line)
         self.row_count = len(members)
         if self._shown is None or out.plain != self._shown.plain or out.spans != self._shown.spans:
             self._shown = out

@@ -80,17 +80,24 @@ function doing(m, now) {  // its last word; a run's end stands, else marked afte
   return "asleep? not heard for " + ago(now - m.last_seen) + " (was: " + state + ")";
 }
 
+function marks(m) {  // what the views add after a name: the member's own name cannot say it
+  const said = m.is_host ? ["host"] : m.role === "baseline" ? ["baseline"] : [];
+  if (m.hinted) said.push("hint");
+  return said.length ? " (" + said.join(", ") + ")" : "";
+}
+
 function renderMembers(members, now) {
   const rows = members.map((m) => {
     const tr = el("tr");
     if (m.is_host) tr.className = "host";
     if (m.role === "baseline") tr.className = "baseline";
-    tr.append(el("td", m.name), el("td", doing(m, now)), el("td", m.backend),
+    tr.append(el("td", m.name + marks(m)), el("td", doing(m, now)), el("td", m.backend),
               el("td", m.model.split("/").pop()),
               el("td", m.rounds, "num"), el("td", fixed(m.recent_reward), "num"));
     const t = el("td");
     t.appendChild(spark(m.rewards));
-    tr.append(t, el("td", m.shared, "num"), el("td", m.used_by_others, "num"),
+    tr.append(t, el("td", m.tagged === null ? "-" : Math.round(m.tagged * 100) + "%", "num"),
+              el("td", fixed(m.strict), "num"), el("td", m.shared, "num"), el("td", m.used_by_others, "num"),
               el("td", m.aha, "num"),
               el("td", m.received_here === null ? "-" : m.received_here, "num"));
     return tr;
@@ -98,7 +105,7 @@ function renderMembers(members, now) {
   if (!rows.length) {
     const tr = el("tr");
     const td = el("td", "nobody yet: students run sapo-edge join CODE");
-    td.colSpan = 11;
+    td.colSpan = 13;
     tr.appendChild(td);
     rows.push(tr);
   }
@@ -167,6 +174,7 @@ function renderMatrix(data) {
   const shown = data.members.filter((m) => m.rounds > 0 && inMatrix.has(m.node_id));
   const names = shown.map((m) => m.name);
   const ids = shown.map((m) => m.node_id);
+  const byId = Object.fromEntries(data.members.map((m) => [m.node_id, m]));
   const head = el("tr");
   head.appendChild(el("th", "from \\ to"));
   for (const n of names) head.appendChild(el("th", cut(n, 14), "learner"));
@@ -176,13 +184,17 @@ function renderMatrix(data) {
     tr.appendChild(el("th", cut(names[i], 20)));
     ids.forEach((b) => {
       const cell = a === b ? null : ((data.matrix[a] || {})[b] || [0, 0]);
-      const td = el("td", cell === null ? "·" : cell[1], "num");
+      const first = cell !== null && byId[b].taught_by === a;
+      const td = el("td", cell === null ? "·" : cell[1] + (first ? "*" : ""), "num");
+      if (first) td.classList.add("first");
       if (cell !== null && cell[1] === 0) td.classList.add("zero");
       tr.appendChild(td);
     });
     rows.push(tr);
   });
   document.getElementById("matrix").replaceChildren(...rows);
+  document.getElementById("first-tagged").replaceChildren(
+    ...(data.first_tagged || []).map((line) => el("li", line)));
 }
 
 function render(data) {
