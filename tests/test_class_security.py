@@ -176,8 +176,10 @@ def test_claims_cannot_poison_the_class_mean_or_the_baseline(host, tmp_path) -> 
             n.run_round()
         ids = [j.transport.ident.node_id for j in (ada, solo)]
         assert host.transport.wait_for(
-            lambda: all(0 in host.board.members.get(k, _NONE).rounds for k in ids)
-            and host.received_counts().get(ids[0], 0) > 0,  # ada's groups: verified here
+            lambda: (
+                all(0 in host.board.members.get(k, _NONE).rounds for k in ids)
+                and host.received_counts().get(ids[0], 0) > 0
+            ),  # ada's groups: verified here
             60,
         )
         honest = host.board.snapshot()
@@ -202,8 +204,10 @@ def test_claims_cannot_poison_the_class_mean_or_the_baseline(host, tmp_path) -> 
                         await c.send_sealed(claim(1.5, "member"))  # past this class's
                 assert await asyncio.to_thread(
                     host.transport.wait_for,
-                    lambda: host.transport.counters["stats_delivered"] >= 2 + 160 + 4
-                    and host.transport.counters["rejected:stats_bad_value"] >= 4,
+                    lambda: (
+                        host.transport.counters["stats_delivered"] >= 2 + 160 + 4
+                        and host.transport.counters["rejected:stats_bad_value"] >= 4
+                    ),
                     60,
                 ), host.transport.counters
             finally:

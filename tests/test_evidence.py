@@ -272,7 +272,9 @@ def test_the_reading_of_halves_names_who_gained():
         return [t for t in evidence_report.reading(a) if "per round" in t]
 
     (deficit,) = reading({0: (2, 4, -0.2, -1.0)})
-    assert "-0.200 in rounds 1-2, -1.000 in rounds 3-4: 8/0 gained on 4/4 by 0.800 a round" in deficit
+    assert (
+        "-0.200 in rounds 1-2, -1.000 in rounds 3-4: 8/0 gained on 4/4 by 0.800 a round" in deficit
+    )
     (same,) = reading({0: (2, 5, 0.2, 0.2)})
     assert "neither gained on the other" in same
     (mixed,) = reading({0: (6, 12, 0.1, 0.3), 1: (2, 4, 0.1, 0.1)})

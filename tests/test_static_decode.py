@@ -34,7 +34,9 @@ def _ids(b, **kw):
     # at different steps and the running batch shrinks
     b.eos_ids = list(range(3, len(b.tok), 10))
     groups = b.generate(PROMPTS, 3, max_new_tokens=14, top_p=1.0, **kw)
-    return [c.trained_ids for grp in groups for c in grp], [c.finished for grp in groups for c in grp]
+    return [c.trained_ids for grp in groups for c in grp], [
+        c.finished for grp in groups for c in grp
+    ]
 
 
 @pytest.mark.parametrize(("temperature", "seed"), [(1.0, 0), (1.0, 5), (0.7, 3)])
