@@ -8,7 +8,6 @@ values for the views and the report.
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 import time
 from collections import Counter
@@ -19,20 +18,18 @@ from typing import Any
 
 from ..swarm.progress import NOT_SCORED, Progress
 from ..swarm.stats import MAX_REWARD, RoundStats
-from ..textsafe import clean
 from .board_matrix import given_by, learned_matrix
 from .board_rows import (
     ClassSnapshot,
-    MemberRow,
     RowParts,
     display_names,
     mean_by_round,
+    member_row,
     scored_round,
 )
 from .board_seats import Seats
 
 CLASS_FILE = "class.jsonl"
-RECENT = 5  # "reward, last 5 rounds"
 # Bounds on what members' claims may cost the host (a round with 64 producers is ~16 KB in
 # memory, ~4 KB in class.jsonl; identities are free to anyone in the room):
 MAX_ROUNDS = 2_000  # rounds kept per member (the newest)
@@ -351,37 +348,11 @@ class ClassBoard:
         names = display_names(members)
         rows, curves = [], {}
         for m in sorted(members, key=lambda m: (m.node_id != self.host_id, names[m.node_id])):
-            p, s = parts[m.node_id], m.claimed()
-            curves[m.node_id] = p.curve
-            t, r = given.get(m.node_id, (0, 0))
+            curves[m.node_id] = parts[m.node_id].curve
+            given_pair = given.get(m.node_id, (0, 0))
+            hinted = self.hinted(m.node_id)
             rows.append(
-                MemberRow(
-                    node_id=m.node_id,
-                    name=names[m.node_id],
-                    backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}" if s.backend else "",
-                    model=clean(s.model, 120),
-                    role=s.role,
-                    is_host=m.node_id == self.host_id,
-                    rounds=len(m.rounds),  # reported (the curve may add one scored now)
-                    last_round=max(m.rounds, default=-1),
-                    rewards=[v for _, v in p.curve],
-                    recent_reward=statistics.fmean([v for _, v in p.curve[-RECENT:]])
-                    if p.curve
-                    else None,
-                    shared=p.shared,
-                    used_by_others=t,
-                    rewarded_by_others=r,
-                    aha=p.aha,
-                    received_here=None,
-                    last_seen=m.last_seen,
-                    state=clean(m.state(), 60),
-                    tagged=p.tagged,
-                    strict=p.strict,
-                    first_tagged=p.first_tagged,
-                    taught_by=p.taught_by,
-                    hinted=self.hinted(m.node_id),
-                    tags_curve=p.tags_curve,
-                )
+                member_row(m, parts[m.node_id], names[m.node_id], given_pair, self.host_id, hinted)
             )
         _key, _given, matrix, matrix_ids, means = self._exchange
         if matrix is None:

@@ -12,6 +12,9 @@ from typing import Any
 
 from ..swarm.identity import name_for_id
 from ..swarm.peerbook import peer_name
+from ..textsafe import clean
+
+RECENT = 5  # "reward, last 5 rounds"
 
 
 @dataclass(frozen=True)
@@ -200,3 +203,36 @@ def first_tagged_lines(rows: list[MemberRow]) -> list[str]:
             how = "on its own"
         lines.append(f"{r.name}: right in tags from round {r.first_tagged}, {how}")
     return lines
+
+
+def member_row(
+    m: Any, p: RowParts, name: str, given: tuple[int, int], host_id: str, hinted: bool
+) -> MemberRow:
+    """A board member's row from its parts: `given` is (its groups others trained on, of those
+    rewarded); received_here is the caller's (the host's own counts)."""
+    s = m.claimed()
+    return MemberRow(
+        node_id=m.node_id,
+        name=name,
+        backend=f"{clean(s.backend, 20)} · {clean(s.device, 20)}" if s.backend else "",
+        model=clean(s.model, 120),
+        role=s.role,
+        is_host=m.node_id == host_id,
+        rounds=len(m.rounds),  # reported (the curve may add one scored now)
+        last_round=max(m.rounds, default=-1),
+        rewards=[v for _, v in p.curve],
+        recent_reward=statistics.fmean([v for _, v in p.curve[-RECENT:]]) if p.curve else None,
+        shared=p.shared,
+        used_by_others=given[0],
+        rewarded_by_others=given[1],
+        aha=p.aha,
+        received_here=None,
+        last_seen=m.last_seen,
+        state=clean(m.state(), 60),
+        tagged=p.tagged,
+        strict=p.strict,
+        first_tagged=p.first_tagged,
+        taught_by=p.taught_by,
+        hinted=hinted,
+        tags_curve=p.tags_curve,
+    )
