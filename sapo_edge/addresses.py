@@ -20,6 +20,15 @@ def split_host(text: str) -> tuple[str, str | None]:
     return (host, port) if sep else (text, None)
 
 
+def bind_address(listen: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
+    """(host, port) a server binds for HOST:PORT text: '[::]:7744' -> ('::', 7744), ':7744' ->
+    (default_host, 7744), '7744' -> (default_host, 7744). ValueError for no port."""
+    host, port = split_host(listen.strip()) if not listen.strip().isdigit() else ("", listen)
+    if port is None or not port.isdigit():
+        raise ValueError(f"{listen!r} has no port: write HOST:PORT, e.g. 0.0.0.0:7744")
+    return host.removeprefix("[").removesuffix("]") or default_host, int(port)
+
+
 def normalise_listen(text: Any) -> Any:
     """'7744' -> '0.0.0.0:7744', '10.0.0.5' -> '10.0.0.5:7744', ':7744' -> '0.0.0.0:7744'."""
     if not isinstance(text, str) or not text.strip():

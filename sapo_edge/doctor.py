@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, paths
+from .addresses import bind_address
 from .config import Config
 
 MDNS_GROUP = "224.0.0.251"  # the group mDNS uses; the probe goes to a random port no one serves
@@ -253,8 +254,8 @@ def check_relay(url: str, timeout: float = 3.0) -> Check:
 
 
 def check_port(listen: str) -> Check:
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]")
+    host, number = bind_address(listen, default_host="")
+    port = str(number)
     if port == "0":
         return Check("port", "ok", "any free port (--listen ...:0)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -327,7 +328,7 @@ def run_checks(cfg: Config, multicast_interface: str | None = None) -> list[Chec
     lan, addrs = check_lan()
     checks += [lan, _guard("mdns", lambda: check_mdns(multicast_interface, addrs))]
     checks += [_guard("relay", lambda: check_relay(cfg.relay))]
-    port = cfg.listen.rpartition(":")[2]
+    port = str(bind_address(cfg.listen)[1])
     checks += [_guard("port", lambda: check_port(cfg.listen)), check_firewall(port)]
     return checks
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..addresses import bind_address
 from ..config import Config, ConfigError
 from ..swarm.admission import Admissions, Grant
 from ..swarm.identity import Identity
@@ -128,7 +129,7 @@ class ClassHost:
             log=self.log,
             seat=self._seat,
         )
-        web_host, _, web_port = self.opts.web.rpartition(":")
+        web_host, web_port = bind_address(self.opts.web, "127.0.0.1") if self.opts.web else ("", 0)
         self.services = HostServices(
             relay=own_relay,
             relay_host=self.opts.relay_host,
@@ -136,7 +137,7 @@ class ClassHost:
             admissions=self.admissions if own_relay else None,
             page=self._page if self.opts.web else None,
             web_host=web_host or "127.0.0.1",
-            web_port=int(web_port or 0),
+            web_port=web_port,
             log=self.log,
         ).start()
         relay_url = self.cfg.relay or f"ws://127.0.0.1:{self.services.relay_port}"

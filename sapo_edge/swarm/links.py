@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from sapo_edge.addresses import bind_address
 from sapo_edge.textsafe import clean
 
 from .dialing import Dialing, LanDial
@@ -172,10 +173,9 @@ class LinkLayer(Dialing, LinkLife):
         self._routes(app)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
-        host, _, port = self.listen.rpartition(":")
-        host = host or "0.0.0.0"
+        host, port = bind_address(self.listen)  # '[::]:7744' binds '::' (was '[::]')
         try:
-            site = GuardedSite(self._runner, host, int(port), self.guard)
+            site = GuardedSite(self._runner, host, port, self.guard)
             await site.start()
         except OSError as e:
             if int(port) == 0:
