@@ -5,7 +5,7 @@
 Every Config field is also a flag (--group-size 8, --no-lenient ...); flags beat --config FILE
 (default: config.toml in the user's config folder, when there is one), which beats --preset,
 which beats the defaults. User errors are one sentence with the fix, exit status 2.
-Here: main and the dispatch; the parser is in parser.py, the small commands in tools.py.
+Here: main and the command table (COMMANDS); the parser is in parser.py, the small commands in tools.py.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import errno
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import Config, ConfigError, preset_names
@@ -23,54 +24,59 @@ from .tools import _doctor, _models, _relay, _room_nats_user
 __all__ = ["build_parser", "config_from_args", "main"]  # the parser's, kept here for callers
 
 
-def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
-    if args.command == "room" and args.action == "nats-user":
+def _room(args: argparse.Namespace, _parser: argparse.ArgumentParser, _argv: list[str]) -> int:
+    if args.action == "nats-user":
         return _room_nats_user(args)
-    if args.command == "room":
-        from ..swarm.roomkey import SECRET_ENV, new_room_key
+    from ..swarm.roomkey import SECRET_ENV, new_room_key
 
-        code = new_room_key()
-        print(code)
-        print(
-            f"Share it with the room's members (not on a public channel); each runs\n"
-            f"  {SECRET_ENV}={code} sapo-edge run\n"
-            "or saves it in a file and runs `sapo-edge run --secret-file FILE`.",
-            file=sys.stderr,
-        )
-        return 0
-    if args.command == "models":
-        return _models(args)
-    if args.command == "relay":
-        return _relay(args)
-    if args.command == "doctor":
-        return _doctor(args)
-    if args.command == "completion":
-        from ..completion import script
+    code = new_room_key()
+    print(code)
+    print(
+        f"Share it with the room's members (not on a public channel); each runs\n"
+        f"  {SECRET_ENV}={code} sapo-edge run\n"
+        "or saves it in a file and runs `sapo-edge run --secret-file FILE`.",
+        file=sys.stderr,
+    )
+    return 0
 
-        print(script(parser, args.shell), end="")
-        return 0
-    if args.command == "presets":
-        from ..config_presets import preset_summary
 
-        for name in preset_names():
-            print(f"{name:<12} {preset_summary(name)}")
-        return 0
-    if args.command in ("host", "join", "report"):
-        from ..classroom import commands
+def _completion(args: argparse.Namespace, parser: argparse.ArgumentParser, _argv: list[str]) -> int:
+    from ..completion import script
 
-        if args.command == "host":
-            return commands.host_command(args, config_from_args, argv, view=_class_view)
-        if args.command == "join":
-            return commands.join_command(args, dashboard=_join_dashboard)
-        return commands.report_command(args)
-    if args.command == "runs":
-        from ..paths import runs_dir
-        from ..runs import list_runs, runs_table
+    print(script(parser, args.shell), end="")
+    return 0
 
-        root = Path(args.out_dir).expanduser() if args.out_dir else runs_dir()
-        found = list_runs(root)
-        print(runs_table(found) if found else f"no runs yet in {root}")
-        return 0
+
+def _presets(_args: argparse.Namespace, _parser: argparse.ArgumentParser, _argv: list[str]) -> int:
+    from ..config_presets import preset_summary
+
+    for name in preset_names():
+        print(f"{name:<12} {preset_summary(name)}")
+    return 0
+
+
+def _class(args: argparse.Namespace, _parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    from ..classroom import commands
+
+    if args.command == "host":
+        return commands.host_command(args, config_from_args, argv, view=_class_view)
+    if args.command == "join":
+        return commands.join_command(args, dashboard=_join_dashboard)
+    return commands.report_command(args)
+
+
+def _runs(args: argparse.Namespace, _parser: argparse.ArgumentParser, _argv: list[str]) -> int:
+    from ..paths import runs_dir
+    from ..runs import list_runs, runs_table
+
+    root = Path(args.out_dir).expanduser() if args.out_dir else runs_dir()
+    found = list_runs(root)
+    print(runs_table(found) if found else f"no runs yet in {root}")
+    return 0
+
+
+def _training(args: argparse.Namespace, _parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    """run (the dashboard, or headless), sim and eval: a Config from the flags, then the model."""
     cfg = config_from_args(args)  # bad flags fail here, before anything loads
     if args.command == "run" and (choice := _first_run_choice(args)):
         for key, value in choice.items():
@@ -90,20 +96,44 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: l
 
             return run_dashboard(cfg)
         return runner.run_headless(cfg)
-    elif args.command == "sim":
+    if args.command == "sim":
         runner.run_sim(cfg)
-    elif args.command == "eval":
-        from ..evaluate import evaluate
+        return 0
+    from ..evaluate import evaluate
 
-        result = evaluate(
-            cfg,
-            questions=args.questions,
-            samples=args.samples,
-            checkpoint=args.checkpoint,
-            seed=args.eval_seed,
-        )
-        print(result.table())
+    result = evaluate(
+        cfg,
+        questions=args.questions,
+        samples=args.samples,
+        checkpoint=args.checkpoint,
+        seed=args.eval_seed,
+    )
+    print(result.table())
     return 0
+
+
+Command = Callable[[argparse.Namespace, argparse.ArgumentParser, list[str]], int]
+
+# every subcommand and what runs it (tests/test_cli_table.py: the parser's and these agree)
+COMMANDS: dict[str, Command] = {
+    "run": _training,
+    "sim": _training,
+    "eval": _training,
+    "models": lambda args, _p, _a: _models(args),
+    "runs": _runs,
+    "presets": _presets,
+    "doctor": lambda args, _p, _a: _doctor(args),
+    "relay": lambda args, _p, _a: _relay(args),
+    "room": _room,
+    "host": _class,
+    "join": _class,
+    "report": _class,
+    "completion": _completion,
+}
+
+
+def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    return COMMANDS[args.command](args, parser, argv)
 
 
 def _os_error(e: OSError) -> str:
