@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .config import Config, ConfigError
+from .events import events
 from .trainer import RoundStopped
 
 
@@ -188,19 +189,16 @@ def _tell_callback(node: Any, control: RunControl) -> Callable[[str], None]:
     """The node's callback hears (optionally) when the loop parks in pause and leaves it
     (`on_paused(node, parked)`, beside the UI's own on_park) and how the run ended
     (`on_run_end(node, outcome)`, before the network closes): a class member says so."""
-    callback = getattr(node, "callback", None)
-    on_paused = getattr(callback, "on_paused", None)
-    if on_paused is not None:
-        ui = control.on_park
+    callback = events(getattr(node, "callback", None))  # a Node's is one already
+    ui = control.on_park
 
-        def parked(now: bool) -> None:
-            if ui is not None:
-                ui(now)
-            on_paused(node, now)
+    def parked(now: bool) -> None:
+        if ui is not None:
+            ui(now)
+        callback.on_paused(node, now)
 
-        control.on_park = parked
-    on_end = getattr(callback, "on_run_end", None)
-    return (lambda outcome: on_end(node, outcome)) if on_end is not None else (lambda _o: None)
+    control.on_park = parked
+    return lambda outcome: callback.on_run_end(node, outcome)
 
 
 def save_newest(node: Any, log: Callable[[str], None]) -> Any:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .events import RunEvents
 from .prompts import extract_tagged
 from .rewards import RewardConfig, score_completion
 
@@ -137,7 +138,7 @@ def read_rewards(metrics_path: Path) -> list[float]:
     return [json.loads(ln)["reward_mean"] for ln in lines if ln.strip()]
 
 
-class PrintCallback:
+class PrintCallback(RunEvents):
     """One readable line per round (headless runs, the simulator, non-terminal output)."""
 
     def __init__(self, print_fn: Callable[[str], None] = print):

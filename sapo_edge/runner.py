@@ -17,6 +17,7 @@ from typing import Any
 from .backends import accelerator_memory, load_backend, select_backend
 from .config import Config, ConfigError
 from .control import RunControl, run_rounds
+from .events import Forward
 from .fit import check_memory
 from .metrics import PrintCallback, read_rewards
 from .models import resolve_model
@@ -234,34 +235,20 @@ def _build_networked(
     return node
 
 
-class _NetStatus:
-    """Passes rounds on to the callback and adds a status line when the peer picture changes."""
+class _NetStatus(Forward):
+    """Passes every event on to the callback and adds a status line when the peer picture
+    changes."""
 
     def __init__(self, inner: Callback, transport):
-        self.inner, self.transport, self.last = inner, transport, ""
+        super().__init__(inner)
+        self.transport, self.last = transport, ""
 
     def on_round(self, report) -> None:
-        self.inner.on_round(report)
+        super().on_round(report)
         text = self.transport.describe()
         if text != self.last:
             self.last = text
             self.inner.on_message(report.node, f"swarm: {text}")
-
-    def on_message(self, node: str, text: str) -> None:
-        self.inner.on_message(node, text)
-
-    def on_phase(self, node, phase: str) -> None:
-        on_phase = getattr(self.inner, "on_phase", None)
-        if on_phase is not None:
-            on_phase(node, phase)
-
-    def on_progress(self, node, phase: str, done: int, total: int, tokens: int) -> None:
-        on_progress = getattr(self.inner, "on_progress", None)
-        if on_progress is not None:
-            on_progress(node, phase, done, total, tokens)
-
-    def __getattr__(self, name: str):  # the inner callback's optional hooks (on_scored...)
-        return getattr(self.inner, name)
 
 
 def run_sim(

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from .advantages import is_informative
 from .backends.base import Backend, Completion, Sample
 from .config import Config
+from .events import RunEvents, events
 from .metrics import PrintCallback, RoundReport, append_metrics, round_report
 from .mix import AdaptiveMix
 from .node_checkpoint import resume_node, save_node
@@ -55,19 +55,7 @@ class RoundStopped(Exception):
     micro-batch of the train step); nothing of the round is kept."""
 
 
-class Callback(Protocol):
-    def on_round(self, report: RoundReport) -> None: ...
-    def on_message(self, node: str, text: str) -> None: ...
-    def on_phase(self, node: Node, phase: str) -> None:
-        """A new phase of the round starts (one of PHASES); optional for callbacks."""
-
-    def on_progress(self, node: Node, phase: str, done: int, total: int, tokens: int) -> None:
-        """Inside generating (decode steps of max_new_tokens, tokens so far) and training
-        (micro-batches); optional for callbacks."""
-
-    def on_scored(self, node: Node, reward: float) -> None:
-        """The round's own answers are scored: their mean reward (its report's reward_mean),
-        before the train step; optional for callbacks."""
+Callback = RunEvents  # what a Node tells (events.py); any object with some of its hooks will do
 
 
 class Node:
@@ -88,7 +76,7 @@ class Node:
         self.cfg, self.backend, self.transport = cfg, backend, transport
         self.node_id, self.name, self.model_id = node_id, name, model_id
         self.out_dir = Path(out_dir)
-        self.callback = callback or PrintCallback()
+        self.callback = events(callback or PrintCallback())
         seed = node_seed(node_id, cfg.seed)  # each node draws its own questions
         self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
         self.rng = random.Random(seed)
@@ -195,8 +183,7 @@ class Node:
             )
             published.append(rg)
 
-        if (on_scored := getattr(self.callback, "on_scored", None)) is not None:
-            on_scored(self, statistics.fmean(r for g in own for r in g.rewards))
+        self.callback.on_scored(self, statistics.fmean(r for g in own for r in g.rewards))
 
         # 4. share a subset as plain text (SelectSubset)
         self._phase("sharing")
@@ -318,18 +305,14 @@ class Node:
             and self.stop_check()
         ):
             raise RoundStopped(f"round {self.round} stopped before {phase}")
-        on_phase = getattr(self.callback, "on_phase", None)  # older callbacks may lack it
-        if on_phase is not None:
-            on_phase(self, phase)
+        self.callback.on_phase(self, phase)
 
     def _progress(self, phase: str, done: int, total: int, tokens: int = 0) -> None:
         """Inside generating (every decode step) and training (every micro-batch): a stop request
         abandons the round here, and the callback may show the progress."""
         if self.stop_check is not None and self.stop_check():
             raise RoundStopped(f"round {self.round} stopped while {phase}")
-        on_progress = getattr(self.callback, "on_progress", None)
-        if on_progress is not None:
-            on_progress(self, phase, done, total, tokens)
+        self.callback.on_progress(self, phase, done, total, tokens)
 
     def _round_seed(self) -> int:
         return (node_seed(self.node_id, self.cfg.seed) * 1_000_003 + self.round) % 2**31

@@ -166,6 +166,12 @@ def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
             me, RoundStats(0, 0.25, 2, 1, 1, 0, {other: (1, 1)}, name, "m", "torch", "cpu")
         )
     host.board.record_progress("f" * 32, Progress("stopped", 3, 8, name="gone"))
+    tagger = "e" * 32  # the Aha lesson: its tags, strict reward, hint and first right answer
+    host.board.hinted = lambda node_id: node_id == tagger
+    tags = RoundStats(
+        0, 0.5, 2, 1, 0, 0, {}, "tagger", "m", "torch", "cpu", tagged=0.75, strict=0.5
+    )
+    host.board.record(tagger, tags)
     url = f"http://127.0.0.1:{host.services.web_port}/"
     profile = tmp_path / "chromium-profile"
     shot = tmp_path / "page.png"
@@ -181,9 +187,11 @@ def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
         [*common, "--dump-dom", url], capture_output=True, text=True, timeout=90, check=False
     ).stdout
     assert f'sapo-edge join <span id="code">{CODE}</span>' in dom  # drawn by the script
-    for name in ("teacher (host)", "ada", "bob", "solo (baseline)"):  # the page's marks
+    for name in ("teacher", "ada", "bob", "solo"):  # (host), (solo baseline): class.css's
         assert f"<td>{name}</td>" in dom
     assert "&lt;img src=x onerror=alert(1)&gt;[b]x" in dom  # text, not an element
+    assert "<td>tagger (hint)</td>" in dom and '<td class="num">75%</td>' in dom
+    assert "<li>tagger: right in tags from round 1 (it has the hint)</li>" in dom
     assert '<img src="x"' not in dom and 'onerror="' not in dom
     assert dom.count("<polyline") >= 7  # 5 members + class mean + baseline (+ sparklines)
     assert "class mean" in dom and "solo baseline" in dom

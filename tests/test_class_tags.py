@@ -76,7 +76,7 @@ def test_rows_say_tags_strict_and_the_first_right_answer_in_tags(tmp_path):
     assert rows["teacher"].first_tagged == 1 and rows["teacher"].hinted
     assert rows["bob"].tags_curve[-1] == (5, 0.5, 0.5)
     assert first_tagged_lines(snap.members) == [
-        "teacher: right in tags from round 1, (it has the hint)",
+        "teacher: right in tags from round 1 (it has the hint)",
         "ada: right in tags from round 4, after teacher's groups",
         "bob: right in tags from round 5, after ada's groups",
     ]

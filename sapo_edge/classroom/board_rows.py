@@ -196,12 +196,12 @@ def first_tagged_lines(rows: list[MemberRow]) -> list[str]:
     lines = []
     for r in sorted((r for r in rows if r.first_tagged), key=lambda r: (r.first_tagged, r.name)):
         if r.hinted:
-            how = "(it has the hint)"
+            how = " (it has the hint)"
         elif r.taught_by:
-            how = f"after {names.get(r.taught_by, r.taught_by[:8])}'s groups"
+            how = f", after {names.get(r.taught_by, r.taught_by[:8])}'s groups"
         else:
-            how = "on its own"
-        lines.append(f"{r.name}: right in tags from round {r.first_tagged}, {how}")
+            how = ", on its own"
+        lines.append(f"{r.name}: right in tags from round {r.first_tagged}{how}")
     return lines
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..aha import aha_flags
+from ..events import Forward
 from ..swarm.peerbook import is_node_id
 from ..swarm.progress import Progress
 from ..swarm.stats import MAX_PRODUCERS, MAX_REWARD, ROUNDS_PER_MESSAGE, RoundStats
@@ -64,7 +65,7 @@ def node_claims(node: Any) -> dict[str, str]:
     )
 
 
-class ClassMember:
+class ClassMember(Forward):
     """A trainer Callback wrapper: passes everything on to `inner` and, after each round,
     publishes this node's recent figures to the room (`publish`, e.g.
     NetworkTransport.publish_stats; the last few rounds, so one sent while offline still
@@ -89,7 +90,8 @@ class ClassMember:
         local_progress: Callable[[str, Progress], None] | None = None,
         last_word: Callable[[Progress], Any] | None = None,
     ) -> None:
-        self.inner, self.publish, self.role, self.local, self.log = inner, publish, role, local, log
+        super().__init__(inner)
+        self.publish, self.role, self.local, self.log = publish, role, local, log
         self.first_link = first_link
         self.progress, self.local_progress = progress, local_progress
         self.last_word = last_word  # sends at once, before the network closes (its goodbye)
@@ -145,15 +147,11 @@ class ClassMember:
             self.say(node, "waiting")
             wait()
         self.say(node, phase)
-        on_phase = getattr(self.inner, "on_phase", None)
-        if on_phase is not None:
-            on_phase(node, phase)
+        super().on_phase(node, phase)
 
     def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
         self.say(node, phase, done, total)
-        on_progress = getattr(self.inner, "on_progress", None)
-        if on_progress is not None:
-            on_progress(node, phase, done, total, tokens)
+        super().on_progress(node, phase, done, total, tokens)
 
     def _scored_now(self, phase: str, round_: int) -> bool:
         """The round under way is scored (a stopped round is abandoned: its reward goes)."""
@@ -165,29 +163,21 @@ class ClassMember:
         self.scored = (int(getattr(node, "round", 0)), min(max(float(reward), 0.0), MAX_REWARD))
         self._said = ("", -1, 0.0)  # said now, however recently "scoring" was
         self.say(node, "scoring")
-        self._pass(node, "on_scored", reward)
+        super().on_scored(node, reward)
 
     def on_paused(self, node: Any, parked: bool) -> None:
         """The loop waits in pause (p) or goes on: the class sees "paused", not its last phase
         going quiet (the newest state is repeated while it lasts)."""
         if parked:
             self.say(node, "paused")
-        self._pass(node, "on_paused", parked)
+        super().on_paused(node, parked)
 
     def on_run_end(self, node: Any, outcome: str) -> None:
         """The run ended: its rounds done, or it stopped (q, an error): the class sees "done"
         or "left" at once, not "saving" going quiet."""
         done = outcome == "done" and node.round >= int(getattr(node.cfg, "rounds", 0))
         self.say(node, "done" if done else "stopped", last=True)
-        self._pass(node, "on_run_end", outcome)
-
-    def _pass(self, node: Any, hook: str, *args: Any) -> None:
-        fn = getattr(self.inner, hook, None)
-        if fn is not None:
-            fn(node, *args)
-
-    def on_message(self, node: str, text: str) -> None:
-        self.inner.on_message(node, text)
+        super().on_run_end(node, outcome)
 
     def on_round(self, report: Any) -> None:
         node = self.node

@@ -15,6 +15,7 @@ from typing import Any
 from textual.message import Message
 
 from ..aha import aha_flags, best
+from ..events import RunEvents
 from ..swarm.peers import peer_snapshot
 from .messages import (
     LogLine,
@@ -36,7 +37,7 @@ NO_PEERS_TITLE = "No peers yet"  # the one warning a round that received groups 
 PROGRESS_EVERY = 0.25  # seconds between progress messages (decode steps come much faster)
 
 
-class TuiCallback:
+class TuiCallback(RunEvents):
     def __init__(self, post: Callable[[Message], Any], clock: Callable[[], float] = time.time):
         self.post, self.clock = post, clock
         self.node: Any = None

@@ -26,6 +26,7 @@ from textual.widgets import Footer, RichLog, Static
 from ..classroom.board_rows import ClassSnapshot
 from ..classroom.code import big_text
 from ..control import RunControl
+from ..events import RunEvents
 from ..textsafe import clean
 from .widgets.class_widgets import ClassChart, JoinPanel, LearnedMatrix, MembersTable
 
@@ -55,7 +56,7 @@ class ClassLog(Message):
     text: str
 
 
-class _OwnCallback:
+class _OwnCallback(RunEvents):
     """The host's own rounds, as OwnStatus lines (the full node dashboard is `sapo-edge run`)."""
 
     def __init__(self, post: Callable[[Message], Any]) -> None:

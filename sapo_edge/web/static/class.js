@@ -80,10 +80,8 @@ function doing(m, now) {  // its last word; a run's end stands, else marked afte
   return "asleep? not heard for " + ago(now - m.last_seen) + " (was: " + state + ")";
 }
 
-function marks(m) {  // what the views add after a name: the member's own name cannot say it
-  const said = m.is_host ? ["host"] : m.role === "baseline" ? ["baseline"] : [];
-  if (m.hinted) said.push("hint");
-  return said.length ? " (" + said.join(", ") + ")" : "";
+function marks(m) {  // "(host)" and "(solo baseline)" come from the row's class (class.css)
+  return m.hinted ? " (hint)" : "";
 }
 
 function renderMembers(members, now) {
