@@ -11,6 +11,7 @@ from typing import Any
 
 from .checkpoints import find_latest, save_checkpoint
 from .metrics import truncate_metrics
+from .node_state import restore, snapshot
 
 POOL_FILE = "pool.json"  # the peer pool, saved with each checkpoint
 
@@ -23,11 +24,8 @@ def save_node(node: Any) -> Path:
         "name": node.name,
         "model_id": node.model_id,
         "config": node.cfg.to_saved_dict(),  # never the room secret
-        "sampler": node.sampler.state_dict(),
-        "rng": _rng_to_json(node.rng.getstate()),
         "received_carry": node._received_carry,
-        "mix": node.mix.state_dict(),
-        "success": node.success.state_dict(),
+        **snapshot(node),  # node_state.PARTS
     }
     pool = json.dumps(node.pool.state_dict())
 
@@ -67,18 +65,14 @@ def resume_node(node: Any) -> bool:
             "pass the same --model, or a fresh --out-dir."
         )
     node.backend.load(ckpt.path)
-    node.sampler.load_state_dict(st["sampler"])
-    node.rng.setstate(_rng_from_json(st["rng"]))
     node._received_carry = int(st.get("received_carry", 0))
-    if "mix" in st:  # checkpoints of older versions have none (they ran a fixed mix)
-        try:
-            node.mix.load_state_dict(st["mix"])
-        except (ValueError, TypeError, KeyError):  # an older bandit: its evidence is lost
-            node.callback.on_message(
-                node.name, "the saved adaptive mix is an older version's: it starts afresh"
-            )
-    if "success" in st:  # checkpoints of older versions have none (uniform sampling)
-        node.success.load_state_dict(st["success"])
+
+    def unreadable(part: str, _e: Exception) -> None:  # an older version's: its evidence lost
+        node.callback.on_message(
+            node.name, f"the saved {part} is an older version's: it starts afresh"
+        )
+
+    restore(node, st, unreadable)  # node_state.PARTS (an older checkpoint may lack some)
     if (ckpt.path / POOL_FILE).is_file():  # checkpoints of older versions have none
         try:
             dropped = node.pool.load_state_dict(
@@ -95,13 +89,3 @@ def resume_node(node: Any) -> bool:
     truncate_metrics(node.metrics_path, node.round)
     node.callback.on_message(node.name, f"resumed from {ckpt.path.name}: next round {node.round}")
     return True
-
-
-def _rng_to_json(state: tuple) -> list:
-    version, internal, gauss = state
-    return [version, list(internal), gauss]
-
-
-def _rng_from_json(data: list) -> tuple:
-    version, internal, gauss = data
-    return (version, tuple(internal), gauss)

@@ -27,6 +27,7 @@ from .metrics import PrintCallback, RoundReport, append_metrics, round_report
 from .mix import AdaptiveMix
 from .node_checkpoint import resume_node, save_node
 from .node_settings import apply_settings, reward_config
+from .node_state import restore, snapshot
 from .prompts import build_messages
 from .rewards import score_completion
 from .rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
@@ -109,15 +110,12 @@ class Node:
     # ------------------------------------------------------------------------------ round
     def run_round(self) -> RoundReport:
         """One round; a RoundStopped leaves the sampler, random state and pool as they were."""
-        sampler, rng = self.sampler.state_dict(), self.rng.getstate()
-        mix = self.mix.state_dict()
+        before = snapshot(self)  # node_state.PARTS: what the rollback, save and resume hold
         self._pool_before_sampling, self._received = None, None
         try:
             return self._run_round()
         except RoundStopped:
-            self.sampler.load_state_dict(sampler)
-            self.rng.setstate(rng)
-            self.mix.load_state_dict(mix)
+            restore(self, before, unreadable=_never)
             if self._pool_before_sampling is not None:  # the groups taken are waiting again
                 self.pool.restore(self._pool_before_sampling)
             if self._received is not None:  # what arrived stays in the pool and is reported
@@ -395,3 +393,7 @@ def _trained(group: ScoredGroup) -> list[Completion]:
     if group.tokens is None:
         raise ValueError(f"group {group.group_id} has no tokens: score it with scored(tokens=...).")
     return group.tokens
+
+
+def _never(part: str, error: Exception) -> None:
+    raise error  # the node's own state, taken a moment ago: always readable
