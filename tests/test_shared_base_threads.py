@@ -44,7 +44,7 @@ class _Noticing:
 def _nodes(kind: str, tiny_qwen, *names: str) -> list:
     if kind == "torch":
         made = [_backend(tiny_qwen, n) for n in names]
-        shared = next(s for s in torch_backend._SHARED.values() if s.model is made[0].model)
+        shared = next(s for s in torch_backend._SHARED.bases.values() if s.model is made[0].model)
     else:
         pytest.importorskip("mlx_lm", reason="mlx-lm is not installed")
         from test_mlx_backend import _mlx

@@ -6,6 +6,7 @@ from functools import partial
 
 import pytest
 
+from sapo_edge.backends.common import SharedBases
 from sapo_edge.threads import LoadSample, ThreadPolicy, pinned_threads
 
 
@@ -286,7 +287,9 @@ def test_a_rounds_first_prefill_runs_with_the_cores_the_load_leaves_free(
         return load(*a, **kw)
 
     monkeypatch.setattr(torch_backend.AutoModelForCausalLM, "from_pretrained", loading)
-    monkeypatch.setattr(torch_backend, "_SHARED", {})  # loaded here, not shared with a test before
+    monkeypatch.setattr(
+        torch_backend, "_SHARED", SharedBases()
+    )  # loaded here, not shared with a test before
     before = torch.get_num_threads()
     cpu_threads._POLICY = None
     try:

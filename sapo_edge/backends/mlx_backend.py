@@ -29,6 +29,7 @@ from transformers import AutoTokenizer
 
 from ..config import Config
 from .base import Completion, check_load_time_settings, peak_rss_mb
+from .common import SharedBases, written_by_other
 from .lora_init import lora_a_init
 from .mlx_loss import MlxLoss
 from .tokens import (
@@ -58,7 +59,7 @@ class _SharedBase:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
-_SHARED: dict[tuple, _SharedBase] = {}
+_SHARED = SharedBases()  # (model dir, dtype, LoRA settings) -> _SharedBase
 
 
 def resolve_dtype(dtype: str) -> mx.Dtype:
@@ -141,13 +142,9 @@ class MlxBackend(MlxLoss):
         self.dtype = str(mx_dtype).split(".")[-1]
         lora_key = (cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, tuple(sorted(cfg.lora_targets)))
         key = (str(Path(model_dir).resolve()), self.dtype, lora_key)
-        shared = _SHARED.get(key)
-        if shared is None:
-            shared = _SHARED[key] = _load_shared(model_dir, cfg, mx_dtype, log)
-        elif adapter in shared.adapters:
-            raise ValueError(
-                f"two nodes named {adapter!r} in one process: give each node its own name."
-            )
+        shared, _fresh = _SHARED.take(
+            key, adapter, lambda: _load_shared(model_dir, cfg, mx_dtype, log), adapter
+        )
         shared.adapters.add(adapter)
         self.shared, self.model, self.tok = shared, shared.model, shared.tokenizer
         self.model_lock = shared.lock
@@ -329,10 +326,7 @@ class MlxBackend(MlxLoss):
     def load(self, directory: Path) -> None:
         directory = Path(directory)
         opt = directory / OPTIMIZER_FILE
-        if not opt.is_file() and (directory / "optimizer.pt").is_file():
-            raise ValueError(
-                f"checkpoint {directory} was written by the torch backend: resume it with --backend torch, or use a fresh --out-dir."
-            )
+        written_by_other(directory, OPTIMIZER_FILE, "optimizer.pt", "torch")
         self.load_adapter(directory / ADAPTER_FILE)
         try:
             state = tree_unflatten(list(mx.load(str(opt)).items()))
@@ -345,13 +339,9 @@ class MlxBackend(MlxLoss):
 
     def close(self) -> None:
         """Drop this node's adapter; the shared base goes with the last one."""
-        for key, shared in list(_SHARED.items()):
-            if shared is self.shared and self.adapter in shared.adapters:
-                shared.adapters.discard(self.adapter)
-                if shared.active == self.adapter:
-                    shared.active = None
-                if not shared.adapters:
-                    del _SHARED[key]
+        if self.shared.active == self.adapter:
+            self.shared.active = None
+        _SHARED.release(self.shared, self.adapter)
 
     # ---------------------------------------------------------------------------- report
     def trainable_parameters(self) -> int:

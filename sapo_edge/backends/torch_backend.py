@@ -33,6 +33,7 @@ from ..config import Config
 from ..dtype_pace import DTYPES
 from .attention_kernels import attention_kernels
 from .base import Completion, check_load_time_settings, peak_rss_mb
+from .common import SharedBases, written_by_other
 from .cpu_threads import cpu_threads, set_threads
 from .lora_init import lora_a_init
 from .rates import cpu_dtype_choice, cpu_rates
@@ -64,7 +65,7 @@ class _SharedBase:
 hf_logging.disable_progress_bar()  # one line per round, not weight-loading bars
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
-_SHARED: dict[tuple[str, str, str], _SharedBase] = {}
+_SHARED = SharedBases()  # (model dir, device, dtype) -> _SharedBase
 _SAID: set[str] = set()  # what --dtype auto said in this process
 
 
@@ -124,26 +125,25 @@ class TorchBackend(TorchLoss):
             cpu_rates((self.dtype,), log)  # so this dtype's first rounds teach pace.json (once)
         lora = lora_config(cfg)
         key = (str(Path(model_dir).resolve()), device, self.dtype)
-        shared = _SHARED.get(key)
-        try:
-            if shared is None:
-                tok = AutoTokenizer.from_pretrained(model_dir)
-                if not tok.chat_template:
-                    raise ValueError(
-                        f"model in {model_dir} has no chat template: use an instruct/chat model."
-                    )
-                tok.padding_side = "left"
-                if tok.pad_token_id is None:
-                    tok.pad_token = tok.eos_token
-                base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(device)
-                shared = _SharedBase(get_peft_model(base, lora, adapter_name=adapter), tok)
-                _SHARED[key] = shared
-                log(f"loaded {model_dir} on {device} as {self.dtype}")
-            elif adapter in shared.adapters:
+
+        def load() -> _SharedBase:
+            tok = AutoTokenizer.from_pretrained(model_dir)
+            if not tok.chat_template:
                 raise ValueError(
-                    f"two nodes named {adapter.removeprefix('node_')!r} in one process: give each node its own name."
+                    f"model in {model_dir} has no chat template: use an instruct/chat model."
                 )
-            else:
+            tok.padding_side = "left"
+            if tok.pad_token_id is None:
+                tok.pad_token = tok.eos_token
+            base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(device)
+            loaded = _SharedBase(get_peft_model(base, lora, adapter_name=adapter), tok)
+            log(f"loaded {model_dir} on {device} as {self.dtype}")
+            return loaded
+
+        try:
+            name = adapter.removeprefix("node_")
+            shared, fresh = _SHARED.take(key, adapter, load, name)
+            if not fresh:
                 with shared.lock:
                     shared.model.add_adapter(adapter, lora)
         except ValueError as e:
@@ -327,13 +327,7 @@ class TorchBackend(TorchLoss):
             )
 
     def load(self, directory: Path) -> None:
-        if (
-            not (directory / OPTIMIZER_FILE).is_file()
-            and (directory / "optimizer.safetensors").is_file()
-        ):
-            raise ValueError(
-                f"checkpoint {directory} was written by the mlx backend: resume it with --backend mlx, or use a fresh --out-dir."
-            )
+        written_by_other(directory, OPTIMIZER_FILE, "optimizer.safetensors", "mlx")
         try:
             state = load_file(str(directory / ADAPTER_FILE), device=self.device)
             optim = torch.load(
@@ -355,14 +349,10 @@ class TorchBackend(TorchLoss):
 
     def close(self) -> None:
         """Drop this node's adapter; the shared base goes with the last one."""
-        for key, shared in list(_SHARED.items()):
-            if shared.model is self.model and self.adapter in shared.adapters:
-                shared.adapters.discard(self.adapter)
-                if shared.adapters:
-                    with shared.lock:
-                        self.model.delete_adapter(self.adapter)
-                else:
-                    del _SHARED[key]
+        shared = next((s for s in _SHARED.bases.values() if s.model is self.model), None)
+        if shared is not None and _SHARED.release(shared, self.adapter):
+            with shared.lock:  # others still run on the base: only this node's weights go
+                self.model.delete_adapter(self.adapter)
 
     # ---------------------------------------------------------------------------- report
     def trainable_parameters(self) -> int:
