@@ -134,6 +134,7 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
                 + ", ".join(f"{k}={v}" for k, v in known.items())
             )
             node.cfg.save(node.out_dir / "config.json")  # a resumed run keeps them
+            events(getattr(node, "callback", None)).on_settings(node, dict(known))
     if other:
         reconfigure = getattr(node.transport, "reconfigure", None)
         if callable(reconfigure):

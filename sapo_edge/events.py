@@ -17,6 +17,7 @@ HOOKS = (
     "on_phase",
     "on_progress",
     "on_scored",
+    "on_settings",
     "on_paused",
     "on_run_end",
 )
@@ -38,6 +39,9 @@ class RunEvents:
 
     def on_scored(self, node: Any, reward: float) -> None:
         """The round's own answers are scored (their mean reward), before the train step."""
+
+    def on_settings(self, node: Any, applied: dict[str, Any]) -> None:
+        """Settings changed during the run took effect from this round (name -> value)."""
 
     def on_paused(self, node: Any, parked: bool) -> None:
         """The run loop waits in pause (True) or goes on (False)."""
@@ -66,6 +70,9 @@ class Forward(RunEvents):
 
     def on_scored(self, node: Any, reward: float) -> None:
         self.inner.on_scored(node, reward)
+
+    def on_settings(self, node: Any, applied: dict[str, Any]) -> None:
+        self.inner.on_settings(node, applied)
 
     def on_paused(self, node: Any, parked: bool) -> None:
         self.inner.on_paused(node, parked)

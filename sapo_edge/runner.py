@@ -18,6 +18,7 @@ from .backends import accelerator_memory, load_backend, select_backend
 from .config import Config, ConfigError
 from .control import RunControl, run_rounds
 from .events import Forward
+from .events import RunEvents as Callback
 from .fit import check_memory
 from .metrics import PrintCallback, read_rewards
 from .models import resolve_model
@@ -27,7 +28,7 @@ from .stopping import exit_code, stop_signals
 from .summary import exit_summary
 from .swarm.transport import InProcessHub, NullTransport, Transport
 from .task_sampler import TaskSampler
-from .trainer import Callback, Node
+from .trainer import Node
 
 
 def node_id_for(name: str) -> str:

@@ -6,8 +6,7 @@
 
 What is trained is what was sampled and scored: own completions keep their sampled token ids and
 end token; a peer's text is tokenised here and the reward is computed on the decoded tokens.
-A round stopped before its training step leaves no trace in the question stream, the random
-state or the peer pool, so a resumed run continues exactly as an uninterrupted one.
+A stopped round leaves its node's state (node_state.PARTS) and pool as they were: exact resume.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import node_state
 from .advantages import is_informative
 from .backends.base import Backend, Completion, Sample
 from .config import Config
@@ -56,9 +56,6 @@ class RoundStopped(Exception):
     micro-batch of the train step); nothing of the round is kept."""
 
 
-Callback = RunEvents  # what a Node tells (events.py); any object with some of its hooks will do
-
-
 class Node:
     """One SAPO node: its own policy (backend), question stream, rollout pool and transport."""
 
@@ -72,12 +69,12 @@ class Node:
         name: str,
         model_id: str,
         out_dir: Path,
-        callback: Callback | None = None,
+        callback: RunEvents | None = None,
     ):
         self.cfg, self.backend, self.transport = cfg, backend, transport
         self.node_id, self.name, self.model_id = node_id, name, model_id
         self.out_dir = Path(out_dir)
-        self.callback = events(callback or PrintCallback())
+        self.callback = callback or PrintCallback()  # made a RunEvents by the setter
         seed = node_seed(node_id, cfg.seed)  # each node draws its own questions
         self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
         self.rng = random.Random(seed)
@@ -100,6 +97,14 @@ class Node:
         cfg.save(self.out_dir / "config.json")
 
     @property
+    def callback(self) -> RunEvents:
+        return self._callback
+
+    @callback.setter  # any watcher; an old duck-typed one adapted
+    def callback(self, value: object) -> None:
+        self._callback = events(value)
+
+    @property
     def metrics_path(self) -> Path:
         return self.out_dir / "metrics.jsonl"
 
@@ -115,7 +120,7 @@ class Node:
         try:
             return self._run_round()
         except RoundStopped:
-            restore(self, before, unreadable=_never)
+            restore(self, before, unreadable=node_state.never)
             if self._pool_before_sampling is not None:  # the groups taken are waiting again
                 self.pool.restore(self._pool_before_sampling)
             if self._received is not None:  # what arrived stays in the pool and is reported
@@ -393,7 +398,3 @@ def _trained(group: ScoredGroup) -> list[Completion]:
     if group.tokens is None:
         raise ValueError(f"group {group.group_id} has no tokens: score it with scored(tokens=...).")
     return group.tokens
-
-
-def _never(part: str, error: Exception) -> None:
-    raise error  # the node's own state, taken a moment ago: always readable

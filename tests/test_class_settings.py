@@ -230,7 +230,10 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
         clear=lambda t: (events.append(("clear", t)), cleared.set()),
         every=0.02,
         no_path_after=0.1,
-    ).start()
+    )
+    paths: list[str] = []
+    watcher.on_path = paths.append  # the dashboard's header hears it as a typed event
+    watcher.start()
     try:
         assert warned.wait(5)
         links.append("relay:ws://h:1")  # the laptop woke up and rejoined
@@ -238,6 +241,7 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
     finally:
         watcher.stop()
     assert events == [("warn", NO_PATH_TITLE), ("clear", NO_PATH_TITLE)]
+    assert "relay" in paths[-1] and len(paths) >= 2  # the lost path, then the relay's
 
     app = SapoDashboard(Config(), start=False)
 

@@ -109,7 +109,7 @@ def test_a_students_header_names_its_paths_into_the_class_from_the_first_second(
     minute: the paths said while the model loaded were replaced by the node's own counts."""
     from tui_recorded import node_started
 
-    from sapo_edge.tui.messages import LogLine
+    from sapo_edge.tui.messages import LogLine, PathChanged
     from sapo_edge.tui.widgets.header import NodeHeader
 
     app = SapoDashboard(Config(name="ada"), start=False)
@@ -118,9 +118,10 @@ def test_a_students_header_names_its_paths_into_the_class_from_the_first_second(
     async def drive() -> None:
         async with app.run_test(size=(160, 40)) as pilot:
             header = app.query_one(NodeHeader)
-            app.post_message(LogLine(f"ada: class: {path}"))  # while its model loads
+            app.post_message(LogLine("ada: class: a log line's words"))  # words move nothing
+            app.post_message(PathChanged(path))  # while its model loads (a typed event)
             await pilot.pause()
-            assert path in str(header.render())
+            assert path in str(header.render()) and "words" not in str(header.render())
             own = "2 peers connected (2 lan); relay up, 0 more heard through it in 5 min"
             app.post_message(node_started(transport=own))  # the node's own counts
             await pilot.pause()

@@ -17,6 +17,7 @@ ARGS = {
     "on_phase": ("node", "generating"),
     "on_progress": ("node", "training", 1, 2, 3),
     "on_scored": ("node", 0.5),
+    "on_settings": ("node", {"learning_rate": 1e-4}),
     "on_paused": ("node", True),
     "on_run_end": ("node", "done"),
 }
@@ -54,7 +55,7 @@ def test_the_hooks_are_the_interface_s():
 def test_every_hook_reaches_the_watcher_through_every_forwarder(wrap, hook):
     watcher = Heard()
     args = ARGS[hook] if hook != "on_round" else (_Report(),)
-    if hook in ("on_scored", "on_run_end", "on_paused", "on_phase", "on_progress"):
+    if hook in ("on_scored", "on_run_end", "on_paused", "on_phase", "on_progress", "on_settings"):
         args = (_node(),) + args[1:]
     getattr(wrap(watcher), hook)(*args)
     assert hook in watcher.heard

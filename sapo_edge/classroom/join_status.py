@@ -63,6 +63,7 @@ class PathWatcher:
         self.joined, self.say, self.warn, self.clear = joined, say, warn, clear
         self.every, self.no_path_after, self.clock = every, no_path_after, clock
         self.last = ""
+        self.on_path: Callable[[str], None] | None = None  # told each new text (the header)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="class-path", daemon=True)
 
@@ -95,6 +96,8 @@ class PathWatcher:
             if text != self.last:
                 self.last = text
                 self.say(f"class: {text}")
+                if self.on_path is not None:  # the dashboard's header, by a typed event
+                    self.on_path(text)
             if ok or not self.joined.transport.port or over:
                 lost_since = self.clock()  # connected, not started yet, or no class to reach
                 if warned and ok:

@@ -35,6 +35,7 @@ from .messages import (
     NodeStarted,
     NothingTrained,
     Parked,
+    PathChanged,
     PeersUpdated,
     PhaseProgress,
     PhaseStarted,
@@ -44,6 +45,7 @@ from .messages import (
     RoundDone,
     RoundScored,
     RunEnded,
+    SettingsApplied,
 )
 from .remedies import explain
 from .screens.help import HelpScreen
@@ -205,12 +207,15 @@ class SapoDashboard(App[str]):
         body = m.text.split(": ", 1)[-1] if m.text.startswith(self.cfg.name) else m.text
         if body.startswith(NOTIFY_PREFIXES):
             self.notify(clean(body, 300), timeout=6, markup=False)
-        if body.startswith("class: "):  # which path carries this node (join's PathWatcher)
-            self.query_one(NodeHeader).set_transport(body.removeprefix("class: "))
-        if body.startswith("settings applied"):
-            self.query_one(NodeHeader).set_samples(
-                self.settings["local_samples"], self.settings["external_samples"]
-            )
+
+    def on_settings_applied(self, _m: SettingsApplied) -> None:
+        self.query_one(NodeHeader).set_samples(
+            self.settings["local_samples"], self.settings["external_samples"]
+        )
+
+    def on_path_changed(self, m: PathChanged) -> None:
+        """Which paths carry this student to its class (a typed event, not a log line's words)."""
+        self.query_one(NodeHeader).set_transport(m.text)
 
     def on_print(self, event: events.Print) -> None:
         """Captured stdout/stderr: the latest piece shows as setup progress (e.g. a Hugging Face

@@ -29,6 +29,7 @@ from .messages import (
     RolloutsSeen,
     RoundDone,
     RoundScored,
+    SettingsApplied,
 )
 from .nothing_trained import why_nothing_trained
 
@@ -76,6 +77,9 @@ class TuiCallback(RunEvents):
 
     def on_scored(self, node: Any, reward: float) -> None:
         self.post(RoundScored(node.round, reward))
+
+    def on_settings(self, node: Any, applied: dict) -> None:
+        self.post(SettingsApplied(dict(applied)))
 
     def on_round(self, r: Any) -> None:
         node = self.node

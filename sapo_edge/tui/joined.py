@@ -10,7 +10,7 @@ from typing import Any
 from ..classroom.join import Joined
 from ..classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
 from .app import run_dashboard
-from .messages import LogLine, Problem, ProblemCleared
+from .messages import LogLine, PathChanged, Problem, ProblemCleared
 
 
 def run_join_dashboard(joined: Joined) -> int:
@@ -30,14 +30,14 @@ def run_join_dashboard(joined: Joined) -> int:
             callback.post(LogLine(f"{CLASS_ENDED_TITLE}: {remedy}"))
 
         joined.on_class_ended.append(class_ended)
-        watchers.append(
-            PathWatcher(
-                joined,
-                say=lambda text: callback.on_message(cfg.name, text),
-                warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
-                clear=lambda title: callback.post(ProblemCleared(title)),
-            ).start()
+        watcher = PathWatcher(
+            joined,
+            say=lambda text: callback.on_message(cfg.name, text),
+            warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
+            clear=lambda title: callback.post(ProblemCleared(title)),
         )
+        watcher.on_path = lambda text: callback.post(PathChanged(text))
+        watchers.append(watcher.start())
         joined.transport.keep_open = True  # after its rounds: still told when the class ends
         node = run_single(cfg, joined.callback(callback), log, control, joined.transport)
         if node.round >= cfg.rounds:  # every round done (not stopped, not failed)

@@ -113,6 +113,20 @@ class LogLine(Message):
 
 
 @dataclass
+class SettingsApplied(Message):
+    """Settings changed during the run took effect (RunEvents.on_settings)."""
+
+    applied: dict
+
+
+@dataclass
+class PathChanged(Message):
+    """Which paths carry this student to its class now (join's PathWatcher): the header's."""
+
+    text: str
+
+
+@dataclass
 class RoundScored(Message):
     """The round's own answers are scored: its mean reward, before the train step."""
 
