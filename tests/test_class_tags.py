@@ -107,3 +107,31 @@ def test_a_class_whose_members_said_no_tags_has_no_tags_plot(tmp_path):
     board = ClassBoard(tmp_path / "class.jsonl")
     board.record(ADA, stats(0, "ada"))
     assert not any(p.name == "answers_in_tags.png" for p in write_report(tmp_path))
+
+
+def test_the_class_view_shows_tags_strict_the_hint_and_whom_each_first_learned_from(tmp_path):
+    import asyncio
+
+    from sapo_edge.tui.class_view import ClassUpdated, ClassView
+    from sapo_edge.tui.widgets.class_widgets import LearnedMatrix, MembersTable
+
+    board = _board(tmp_path)
+    app = ClassView(None, start=False)
+
+    async def look() -> None:
+        async with app.run_test(size=(150, 45)) as pilot:
+            app.post_message(ClassUpdated(board.snapshot(), "3 members · x"))
+            await pilot.pause()
+            table = app.query_one(MembersTable)
+            columns = [str(c.label) for c in table.columns.values()]
+            rows = {table.get_row_at(i)[0].plain: table.get_row_at(i) for i in range(3)}
+            ada = rows["ada"]
+            tags, strict = columns.index("tags"), columns.index("strict")
+            assert (ada[tags].plain, ada[strict].plain) == ("50%", "0.25")
+            assert "teacher (host, hint)" in rows
+            shown = app.query_one(LearnedMatrix).query_one("Static").render()
+            text = str(shown)
+            assert "3*" in text  # teacher -> ada: her first right answer in tags followed them
+            assert "bob: right in tags from round 5, after ada's groups" in text
+
+    asyncio.run(look())

@@ -187,12 +187,13 @@ def mean_by_round(
     return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items()) if 2 * len(v) > members]
 
 
-def first_tagged_lines(rows: list[MemberRow]) -> list[str]:
+def first_tagged_lines(rows: list[MemberRow], cut: Any = lambda name: name) -> list[str]:
     """One line per member that answered right inside the tags, in the order it first did:
     'ada: right in tags from round 7, after trainer's groups' (whose rewarded groups it had
     trained on most), '... (its own hint)' for a member that sees the worked example, '... on
-    its own' when it had trained on no rewarded group of anyone's before."""
-    names = {r.node_id: r.name for r in rows}
+    its own' when it had trained on no rewarded group of anyone's before. `cut` shortens the
+    names (a terminal panel)."""
+    names = {r.node_id: cut(r.name) for r in rows}
     lines = []
     for r in sorted((r for r in rows if r.first_tagged), key=lambda r: (r.first_tagged, r.name)):
         if r.hinted:
@@ -201,7 +202,7 @@ def first_tagged_lines(rows: list[MemberRow]) -> list[str]:
             how = f", after {names.get(r.taught_by, r.taught_by[:8])}'s groups"
         else:
             how = ", on its own"
-        lines.append(f"{r.name}: right in tags from round {r.first_tagged}{how}")
+        lines.append(f"{names[r.node_id]}: right in tags from round {r.first_tagged}{how}")
     return lines
 
 

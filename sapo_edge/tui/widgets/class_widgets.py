@@ -292,7 +292,7 @@ class LearnedMatrix(ScrollableContainer):
                     text = f"{rewarded}*" if first else str(rewarded)
                     style = "bold yellow" if first else "bold" if rewarded else "dim"
                     out.append(" " + _cells(text, 7, right=True), style=style)
-        for line in first_tagged_lines(snap.members):
+        for line in first_tagged_lines(snap.members, lambda name: short_name(clean(name), 12)):
             out.append("\n " + line)
         self.row_count = len(members)
         if self._shown is None or out.plain != self._shown.plain or out.spans != self._shown.spans:
