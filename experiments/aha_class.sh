@@ -3,7 +3,7 @@
 # sees the worked example) and three students, each its own process, home and network namespace
 # on one bridge (a LAN with mDNS), one student a solo `--baseline`. The teacher's class view and
 # one student's dashboard run in tmux; the other two students are headless (their logs). After
-# MINUTES the teacher presses q (the class ends), then `r`-style report files are in RUN/.
+# MINUTES the teacher presses q (the class ends) and the report is in OUT/run/.
 #   sudo experiments/aha_class.sh [OUT (/tmp/aha-class)] [MINUTES (20)]
 # Pictures: OUT/shots/*.svg (tmux panes drawn by rich) and *.png (the page, by Chromium).
 set -euo pipefail
@@ -53,8 +53,9 @@ EOF
 }
 
 page() {  # the projector page, from the teacher's namespace
-    ip netns exec aha0 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
-        --window-size=1400,1400 --screenshot="$OUT/shots/$1.png" http://127.0.0.1:7746/ \
+    ip netns exec aha0 timeout 60 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars \
+        --virtual-time-budget=8000 --window-size=1400,1300 --screenshot="$OUT/shots/$1.png" \
+        http://127.0.0.1:7746/ \
         >/dev/null 2>&1 || true
 }
 
