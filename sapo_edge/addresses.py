@@ -23,7 +23,8 @@ def split_host(text: str) -> tuple[str, str | None]:
 def bind_address(listen: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
     """(host, port) a server binds for HOST:PORT text: '[::]:7744' -> ('::', 7744), ':7744' ->
     (default_host, 7744), '7744' -> (default_host, 7744). ValueError for no port."""
-    host, port = split_host(listen.strip()) if not listen.strip().isdigit() else ("", listen)
+    text = listen.strip()
+    host, port = split_host(text) if not text.isdigit() else ("", text)
     if port is None or not port.isdigit():
         raise ValueError(f"{listen!r} has no port: write HOST:PORT, e.g. 0.0.0.0:7744")
     return host.removeprefix("[").removesuffix("]") or default_host, int(port)

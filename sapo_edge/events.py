@@ -47,7 +47,7 @@ class RunEvents:
         """The run loop waits in pause (True) or goes on (False)."""
 
     def on_run_end(self, node: Any, outcome: str) -> None:
-        """The run ended ("done", "stopped", "error"), before the network closes."""
+        """The run ended ("done", "stopped", "failed"), before the network closes."""
 
 
 class Forward(RunEvents):

@@ -135,3 +135,24 @@ def test_the_class_view_shows_tags_strict_the_hint_and_whom_each_first_learned_f
             assert "bob: right in tags from round 5, after ada's groups" in text
 
     asyncio.run(look())
+
+
+def test_a_member_cannot_name_itself_into_the_hint_or_the_host(tmp_path):
+    """The views add '(hint)' and '(host)' after names: a student's own name cannot carry them."""
+    board = ClassBoard(tmp_path / "class.jsonl", host_id=TEACHER)
+    board.record(ADA, stats(0, "Mallory (host, hint)"))
+    board.record(BOB, stats(0, "Bob [hint]"))
+    rows = {r.node_id: r for r in board.snapshot().members}
+    assert (rows[ADA].name, rows[BOB].name) == ("Mallory", "Bob")
+    assert not rows[ADA].hinted and not rows[BOB].hinted
+
+
+def test_a_class_file_line_with_a_huge_number_is_skipped_not_a_crash(tmp_path):
+    from sapo_edge.classroom.board_file import load_board
+
+    good = {"at": 1.0, "sender": ADA, "stats": stats(0, "ada", 0.5, 0.25).to_json()}
+    huge = {"at": 1.0, "sender": BOB, "stats": {**stats(0, "bob").to_json(), "reward": 0}}
+    lines = [json.dumps(good), json.dumps(huge).replace('"reward": 0', '"reward": ' + "9" * 400)]
+    (tmp_path / "class.jsonl").write_text("\n".join(lines) + "\n")
+    board = load_board(ClassBoard, tmp_path / "class.jsonl")
+    assert [r.name for r in board.snapshot().members] == ["ada"]

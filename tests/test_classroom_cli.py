@@ -122,6 +122,8 @@ def test_bad_host_and_join_flags_end_in_one_sentence(tmp_path, capsys) -> None:
         (["--address", "192.168.1.20:7745"], "IP address or name"),  # the port is not its part
         (["--web", "projector:7746"], "IP:PORT"),  # a name: refused now, not a later lookup
         (["--relay-port", "70000"], "between 1 and 65535"),
+        (["--web", "::1:7746"], "[::1]:7746"),  # an IPv6 address without its brackets
+        (["--preset", "aha", "--no-train"], "e.g. --hint 2"),  # the example would go to nobody
     ]:
         assert main(["host", *flags, *out]) == 2
         assert says in capsys.readouterr().err

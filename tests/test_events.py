@@ -82,3 +82,33 @@ def test_an_old_callback_keeps_its_hooks_and_gets_empty_ones():
     e.on_phase("node", "generating")  # it has none: nothing happens
     e.on_run_end("node", "done")
     assert old.rounds == ["r"] and events(e) is e
+
+
+def test_settings_taking_effect_reach_the_header_as_an_event():
+    """The header's I and J follow settings that took effect (RunEvents.on_settings ->
+    SettingsApplied), not the words of the log line that says so."""
+    import asyncio
+
+    from tui_recorded import node_started
+
+    from sapo_edge.config import Config
+    from sapo_edge.tui.app import SapoDashboard
+    from sapo_edge.tui.bridge import TuiCallback
+    from sapo_edge.tui.messages import LogLine
+    from sapo_edge.tui.widgets.header import NodeHeader
+
+    app = SapoDashboard(Config(name="ada"), start=False)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 40)) as pilot:
+            app.post_message(node_started())
+            await pilot.pause()
+            app.settings["local_samples"], app.settings["external_samples"] = 3, 5
+            app.post_message(LogLine("ada: settings applied from this round: x"))  # words only
+            await pilot.pause()
+            assert "I=3 J=5" not in str(app.query_one(NodeHeader).render())
+            TuiCallback(app.post_message).on_settings(None, {"local_samples": 3})
+            await pilot.pause()
+            assert "I=3 J=5" in str(app.query_one(NodeHeader).render())
+
+    asyncio.run(drive())

@@ -16,6 +16,7 @@ import pytest
 
 from sapo_edge.swarm.admission import AdmissionError, Admissions, Grant, join, join_room
 from sapo_edge.swarm.peer import Closed, read_raw
+from sapo_edge.swarm.protocol import PROTOCOL_VERSION
 from sapo_edge.swarm.roomkey import new_room_key, room_keys
 from sapo_edge.swarm.words import WORDS
 
@@ -83,7 +84,9 @@ def test_a_guesser_gets_nothing_to_test_offline(host) -> None:
 
             msg = SPAKE2_A(b"guess").start().hex()
             await ws.send_bytes(
-                json.dumps({"type": "admit", "version": 2, "nameplate": n, "pake": msg}).encode()
+                json.dumps(
+                    {"type": "admit", "version": PROTOCOL_VERSION, "nameplate": n, "pake": msg}
+                ).encode()
             )
             got.append(json.loads(await read_raw(ws, timeout=5)))
         return got
@@ -161,7 +164,7 @@ def test_a_malformed_spake2_element_gets_bad_value_not_a_traceback(host, caplog,
 
     async def send() -> object:
         async with aiohttp.ClientSession() as s, s.ws_connect(f"ws://{addr(node)}/admit") as ws:
-            msg = {"type": "admit", "version": 2, "nameplate": n, "pake": pake}
+            msg = {"type": "admit", "version": PROTOCOL_VERSION, "nameplate": n, "pake": pake}
             await ws.send_bytes(json.dumps(msg).encode())
             return await read_raw(ws, timeout=5)
 

@@ -23,6 +23,7 @@ from sapo_edge.swarm.identity import (
     verify,
 )
 from sapo_edge.swarm.protocol import (
+    PROTOCOL_VERSION,
     Auth,
     Bye,
     Hello,
@@ -382,9 +383,10 @@ def test_message_level_refusals_say_what_to_do():
             "unknown_type",
             "message type must be one of hello, auth, rollouts, stats, bye.",
         )
-    assert parse_error(hello_dict(version=3)) == (
+    assert parse_error(hello_dict(version=PROTOCOL_VERSION + 1)) == (
         "unknown_version",
-        "peer speaks protocol version 3; this node speaks 2: upgrade one side.",
+        f"peer speaks protocol version {PROTOCOL_VERSION + 1}; this node speaks "
+        f"{PROTOCOL_VERSION}: upgrade one side.",
     )
     assert parse_error(hello_dict(role="boss")) == (
         "bad_value",
@@ -422,7 +424,9 @@ def test_every_field_of_a_hello_and_an_envelope_comes_through():
     nonce = new_nonce()
     assert len(nonce) == 32 and set(nonce) <= set("0123456789abcdef") and nonce != new_nonce()
     h = parse_message(make_hello(ident, ROOM, nonce, b"\x07" * 32, role="relay"))
-    assert h == Hello(2, "relay", ident.node_id, ident.public_key, ROOM, nonce, b"\x07" * 32)
+    assert h == Hello(
+        PROTOCOL_VERSION, "relay", ident.node_id, ident.public_key, ROOM, nonce, b"\x07" * 32
+    )
     from sapo_edge.swarm.protocol import Stats
 
     sig = "ab" * 64

@@ -17,7 +17,13 @@ from swarm_util import KEYS, WAIT, RelayThread, connect, keys_of
 from sapo_edge.swarm.batches import BatchRejected, seal
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.progress import PROGRESS_PER_MINUTE, Progress, ProgressSender
-from sapo_edge.swarm.protocol import MAX_STATS_BYTES, ProtocolError, Stats, parse_message
+from sapo_edge.swarm.protocol import (
+    MAX_STATS_BYTES,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    Stats,
+    parse_message,
+)
 from sapo_edge.swarm.roomkey import new_room_key
 from sapo_edge.swarm.stats import (
     MAX_PRODUCERS,
@@ -61,7 +67,7 @@ def raw_stats(ident: Identity, stats_obj: dict, keys=None, **body_over) -> bytes
     keys = keys or KEYS
     body = dumps_canonical(
         {
-            "v": 2,
+            "v": PROTOCOL_VERSION,
             "id": "cd" * 16,
             "sender": ident.node_id,
             "room": keys.lan_id,
@@ -341,7 +347,7 @@ def progress_box(ident: Identity, progress_obj: dict, keys=None, **body_over) ->
     keys = keys or KEYS
     body = dumps_canonical(
         {
-            "v": 2,
+            "v": PROTOCOL_VERSION,
             "id": os.urandom(16).hex(),
             "sender": ident.node_id,
             "room": keys.lan_id,

@@ -30,10 +30,6 @@ class SharedBases:
             )
         return shared, False
 
-    def forget(self, key: Hashable) -> None:
-        """A base whose first node failed to set up: the next node loads it afresh."""
-        self.bases.pop(key, None)
-
     def release(self, shared: Any, adapter: str) -> bool:
         """Drop `adapter` from `shared`. True: other nodes still use the base (the caller removes
         its weights from it); False: it was the last (the base is gone from the registry)."""

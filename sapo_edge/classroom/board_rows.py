@@ -67,7 +67,10 @@ class ClassSnapshot:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for the projector page and class.json (lists, no tuples)."""
         return {
-            "members": [asdict(m) for m in self.members],
+            # each member's tags_curve stays out: the report reads it, the page never does
+            "members": [
+                {k: v for k, v in asdict(m).items() if k != "tags_curve"} for m in self.members
+            ],
             "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
             "swarm_mean": [list(p) for p in self.swarm_mean],
             "baseline": [list(p) for p in self.baseline],

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..addresses import bind_address
 from ..config import Config, ConfigError
+from ..config_checks import hint_plan
 from ..textsafe import clean
 from .report import end_of_class
 from .settings import LOCAL_FIELDS
@@ -53,6 +55,11 @@ def host_command(
         )
     if cfg.solo:
         raise ConfigError("--solo and `host` do not go together: a class is a swarm.")
+    if not args.train and (hint_plan(cfg.hint) or (False, 0))[0]:
+        raise ConfigError(
+            f"--hint {cfg.hint!r} gives the worked example to this laptop, which does not train "
+            "(--no-train): give it to students instead, e.g. --hint 2."
+        )
     if not 0 <= args.relay_port < 65536:
         raise ConfigError(f"--relay-port {args.relay_port}: use a port between 1 and 65535.")
     if not args.code_minutes > 0:
@@ -62,14 +69,14 @@ def host_command(
             f"--max-members {args.max_members}: use a class size between 2 and {MAX_CLASS} "
             "(this laptop included), e.g. --max-members 31 for 30 students."
         )
-    web_host, _, web_port = args.web.rpartition(":")
-    web_host = web_host.removeprefix("[").removesuffix("]")  # [::1]:7746
-    if not args.no_web and not (
-        web_port.isdigit() and int(web_port) < 65536 and _bindable(web_host)
-    ):
+    try:
+        web_host, web_port = bind_address(args.web, "")  # what the host will bind: [::1]:7746
+    except ValueError:
+        web_host, web_port = "", -1
+    if not args.no_web and not (0 <= web_port < 65536 and _bindable(web_host)):
         raise ConfigError(
             f"--web {args.web!r}: write IP:PORT, e.g. 127.0.0.1:7746 (this laptop only) or "
-            "0.0.0.0:7746 (the LAN too)."
+            "0.0.0.0:7746 (the LAN too); an IPv6 address in brackets: [::1]:7746."
         )
     if args.address:
         from .code import CodeError, format_code, parse_code

@@ -5,6 +5,9 @@ scoring the answer format is then a skill some laptops have and the rest must le
 Each student's hint travels as its own format_example in its sealed welcome (Admissions.extra_for
 hands it the class's settings with the example on or off); a student that joins again (the same
 node id) keeps what it was given. Without `hint` every laptop follows the class's format_example.
+The admission does not know a newcomer's role: a `join --baseline` student among the first K
+takes one of the K (and trains with the example); a baseline meant to show a laptop without the
+hint joins after them.
 """
 
 from __future__ import annotations

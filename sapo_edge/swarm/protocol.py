@@ -18,7 +18,7 @@ from sapo_edge.safejson import JsonError, dumps_canonical, loads_strict
 
 from .identity import Identity, node_id_for_key
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: a round's stats may say its share in tags and strict reward
 MAX_HANDSHAKE_BYTES = 4096  # a hello or an auth: refused unparsed when longer
 MAX_MESSAGE_BYTES = 1 << 20  # one signed rollouts envelope, everything included
 MAX_STATS_BYTES = 16 << 10  # the body of one signed stats message
@@ -183,7 +183,11 @@ def check_fields(obj: Any, spec: dict[str, tuple[str, int]], what: str) -> dict[
         elif kind == "float":
             if not isinstance(v, int | float) or isinstance(v, bool):
                 raise ProtocolError("bad_type", f"{what}.{key} must be a number.")
-            if not math.isfinite(float(v)):
+            try:
+                finite = math.isfinite(float(v))
+            except OverflowError:  # an integer past float's range (a file read by json.loads)
+                finite = False
+            if not finite:
                 raise ProtocolError("non_finite", f"{what}.{key} must be finite.")
         elif kind == "list":
             if not isinstance(v, list) or not all(isinstance(x, str) and len(x) <= 40 for x in v):
