@@ -11,6 +11,8 @@ import sys
 
 from zeroconf import DNSOutgoing, DNSPointer, ServiceInfo, Zeroconf, const
 
+from sapo_edge.swarm.protocol import PROTOCOL_VERSION
+
 SERVICE = "_sapo-edge._tcp.local."
 
 
@@ -28,7 +30,12 @@ def main() -> None:
                         f"sapo-{node_id}.{SERVICE}",
                         addresses=[socket.inet_aton(host)],
                         port=port,
-                        properties={"v": "2", "room": room, "id": node_id, "port": str(port)},
+                        properties={
+                            "v": str(PROTOCOL_VERSION),
+                            "room": room,
+                            "id": node_id,
+                            "port": str(port),
+                        },
                         server=f"sapo-{node_id[:16]}.local.",
                     )
                     records = [info.dns_pointer(), info.dns_service(), info.dns_text()]
