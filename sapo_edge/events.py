@@ -93,8 +93,4 @@ class _Adapted(RunEvents):
 
 
 def events(callback: Any) -> RunEvents:
-    if isinstance(callback, RunEvents):
-        return callback
-    if isinstance(callback, _Adapted):
-        return callback
-    return _Adapted(callback)
+    return callback if isinstance(callback, RunEvents) else _Adapted(callback)

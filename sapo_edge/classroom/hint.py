@@ -25,7 +25,7 @@ class Hints:
 
     def __init__(self, cfg: Config, invite: Callable[[bool], str]):
         plan = hint_plan(cfg.hint) or (False, 0)
-        self.active = bool(cfg.hint)
+        self.active, self.text = bool(cfg.hint), cfg.hint
         self.host, self.students = plan
         self.given: list[str] = []  # node ids given the example, in the order they joined
         self.invite = invite
@@ -53,13 +53,8 @@ class Hints:
         if self.students:
             who.append(f"the first {self.students} student{'s' if self.students != 1 else ''}")
         return (
-            f"the worked example: {' and '.join(who)} (--hint {self.plan_text()}); the others never "
+            f"the worked example: {' and '.join(who)} (--hint {self.text}); the others never "
             "see it and answer right only inside <answer> tags once they learned the format"
-        )
-
-    def plan_text(self) -> str:
-        return ",".join(
-            (["host"] if self.host else []) + ([str(self.students)] if self.students else [])
         )
 
     def hinted(self, node_id: str, host_id: str) -> bool:
