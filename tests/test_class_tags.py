@@ -156,3 +156,25 @@ def test_a_class_file_line_with_a_huge_number_is_skipped_not_a_crash(tmp_path):
     (tmp_path / "class.jsonl").write_text("\n".join(lines) + "\n")
     board = load_board(ClassBoard, tmp_path / "class.jsonl")
     assert [r.name for r in board.snapshot().members] == ["ada"]
+
+
+def test_a_hostile_name_in_the_first_right_lines_is_text_not_markup_or_escapes(tmp_path):
+    import asyncio
+
+    from sapo_edge.tui.class_view import ClassUpdated, ClassView
+    from sapo_edge.tui.widgets.class_widgets import LearnedMatrix
+
+    board = ClassBoard(tmp_path / "class.jsonl")
+    board.record(ADA, stats(0, "[/]\x1b[31mred[b]", 0.5, 0.25))
+    line = first_tagged_lines(board.snapshot().members)[0]
+    assert "\x1b" not in line
+    app = ClassView(None, start=False)
+
+    async def look() -> None:
+        async with app.run_test(size=(150, 45)) as pilot:
+            app.post_message(ClassUpdated(board.snapshot(), "1 member · x"))
+            await pilot.pause()
+            shown = app.query_one(LearnedMatrix).query_one("Static").render()
+            assert "[/]" in str(shown) and "\x1b" not in str(shown)
+
+    asyncio.run(look())
