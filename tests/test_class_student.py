@@ -233,12 +233,21 @@ class Tmux:
         self.windows: list[str] = []
 
     def _run(self, *args: str) -> str:
-        r = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True)
+        # COLUMNS/LINES (80x24 in CI's run) would pin the app to that size whatever the pane's:
+        # Textual reads them before the terminal (as shutil.get_terminal_size does)
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        r = subprocess.run(
+            ["tmux", "-f", "/dev/null", "-L", self.socket, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         return r.stdout
 
     def open(self, name: str, command: list[str], env: dict[str, str]) -> None:
         line = " ".join(
-            ["env", *(f"{k}={v}" for k, v in env.items()), *map(_quote, command)]
+            ["env", "-u", "COLUMNS", "-u", "LINES"]
+            + [*(f"{k}={v}" for k, v in env.items()), *map(_quote, command)]
             + ["; sleep 600"]  # the pane stays readable after the program ends
         )
         first = not self.windows
@@ -332,7 +341,7 @@ def test_a_host_stopped_with_q_tells_a_student_in_the_dashboard_within_seconds(
                 {**env, "SAPO_EDGE_HOME": str(tmp_path / "host")},
             )
             found = _until(
-                lambda: re.search(r"code (\d+-[a-z]+-[a-z]+@[\d.]+:\d+)", term.screen("host")), 180
+                lambda: re.search(r"\b(\d+-[a-z]+-[a-z]+@[\d.]+:\d+)", term.screen("host")), 180
             )
             assert found, term.screen("host")
             code = found.group(1)
