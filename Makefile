@@ -41,7 +41,7 @@ test-fast: venv
 
 # mutation testing of the pure core ([tool.mutmut] in pyproject.toml; docs/testing.md): slow,
 # so not part of `make test`; at low priority, on both cores. One module at a time:
-# make mutate MUTANTS='sapo_edge.checkpoints*'
+# make mutate MUTANTS='sapo_edge.rl.checkpoints*'
 MUTANTS ?=
 mutate: venv
 	rm -rf mutants

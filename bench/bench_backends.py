@@ -15,9 +15,9 @@ import time
 
 from sapo_edge.backends import load_backend, select_backend
 from sapo_edge.backends.base import Sample
-from sapo_edge.config import Config
-from sapo_edge.models import resolve_model
-from sapo_edge.prompts import build_messages
+from sapo_edge.config.settings import Config
+from sapo_edge.models.resolve import resolve_model
+from sapo_edge.rl.prompts import build_messages
 
 QUESTIONS = [
     "Calculate 37 + 85.",

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from chaos_soak import ROOM, SECRET, _free_port, _read, _wait_port, start_relay  # noqa: E402
 from scale_nodes import Shape, make_batch  # noqa: E402
 
-from sapo_edge.rollout import decode_batch  # noqa: E402
+from sapo_edge.data.rollout import decode_batch  # noqa: E402
 from sapo_edge.swarm.identity import Identity  # noqa: E402
 from sapo_edge.swarm.network import NetworkTransport  # noqa: E402
 

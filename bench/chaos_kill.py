@@ -45,7 +45,7 @@ for p in (str(ROOT), str(ROOT / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from sapo_edge.checkpoints import _problem, find_latest, list_checkpoints  # noqa: E402
+from sapo_edge.rl.checkpoints import _problem, find_latest, list_checkpoints  # noqa: E402
 
 FAST = [
     "--domains", "basic_arithmetic", "--questions-per-round", "2", "--group-size", "3",
@@ -77,7 +77,7 @@ def preload() -> None:
     """Import the heavy modules once, before any fork (no torch op runs in this process)."""
     import sapo_edge.backends.torch_backend  # noqa: F401
     import sapo_edge.cli  # noqa: F401
-    import sapo_edge.runner  # noqa: F401
+    import sapo_edge.run.runner  # noqa: F401
 
 
 def spawn(argv: list[str], log: Path, tap: mmap.mmap | None = None, fire=None) -> int:
@@ -94,7 +94,7 @@ def spawn(argv: list[str], log: Path, tap: mmap.mmap | None = None, fire=None) -
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # not a test runner's capture
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         if tap is not None:
-            from sapo_edge.metrics import PrintCallback
+            from sapo_edge.rl.metrics import PrintCallback
 
             def on_phase(self, node, phase: str) -> None:
                 tap[: _TAP.size] = _TAP.pack(node.round, PHASES.index(phase) + 1)

@@ -43,7 +43,7 @@ def node_main(a: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from scale_nodes import Shape, make_batch
 
-    from sapo_edge.rollout import decode_batch
+    from sapo_edge.data.rollout import decode_batch
     from sapo_edge.swarm.identity import load_or_create
     from sapo_edge.swarm.network import NetworkTransport
 

@@ -1,5 +1,5 @@
 """Seconds per round with k busy programs beside training: today's fixed thread count against
-the adaptive policy (sapo_edge/threads.py), in one run on one machine.
+the adaptive policy (sapo_edge/machine/threads.py), in one run on one machine.
 
 Each cell is a real `sapo-edge run --headless --solo` (SmolLM2-135M on one-digit addition by
 default) in its own process, with k processes spinning `while True: pass` started before it and
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sapo_edge.threads import usable_cores  # noqa: E402
+from sapo_edge.machine.threads import usable_cores  # noqa: E402
 
 BUSY = "while True: pass"
 

@@ -36,8 +36,8 @@ import torch  # noqa: E402
 from sapo_edge.backends import select_backend  # noqa: E402
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend, resolve_dtype  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
-from sapo_edge.prompts import build_messages  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
+from sapo_edge.rl.prompts import build_messages  # noqa: E402
 
 QUESTIONS = ["Calculate 37 + 85.", "What is 12 * 7?", "Reverse the word 'policy'.", "Sort 9, 2, 7."]
 quiet = lambda m: None  # noqa: E731

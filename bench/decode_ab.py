@@ -40,8 +40,8 @@ from sapo_edge.backends import (  # noqa: E402
     torch_backend,
     torch_decode,
 )
-from sapo_edge.models import resolve_model  # noqa: E402
-from sapo_edge.prompts import build_messages  # noqa: E402
+from sapo_edge.models.resolve import resolve_model  # noqa: E402
+from sapo_edge.rl.prompts import build_messages  # noqa: E402
 
 
 def old_sample(logits: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:

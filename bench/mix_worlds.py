@@ -1,5 +1,5 @@
 """What the adaptive mix's choice of J can and cannot tell within a run (docs/results.md): the
-bandit (sapo_edge/mix.py) in simulated worlds of a node's own reward, many seeds each.
+bandit (sapo_edge/rl/mix.py) in simulated worlds of a node's own reward, many seeds each.
 
     .venv/bin/python bench/mix_worlds.py [--seeds 400] [--rounds 48] [--noise 0.098]
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sapo_edge.mix import ARMS, AdaptiveMix  # noqa: E402
+from sapo_edge.rl.mix import ARMS, AdaptiveMix  # noqa: E402
 
 
 def play(seed: int, rounds: int, noise: float, progress, gap: float = 0.0, best: int = 4):

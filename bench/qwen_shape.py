@@ -8,7 +8,7 @@ The shapes are Qwen2.5-0.5B(-Instruct)'s config.json: hidden 896, 24 layers, 14 
 2 key/value heads (head size 64, biases on q/k/v), MLP 4,864, vocabulary 151,936, tied
 embeddings, RMSNorm eps 1e-6, rope theta 1e6; weights drawn as transformers initialises a Qwen2
 (normal, std 0.02), saved in bfloat16 as Qwen ships them. The tokenizer and chat template are
-SmolLM2's (from the offline GGUF: sapo_edge.models.resolve_model("smollm2-135m"), or --tokenizer
+SmolLM2's (from the offline GGUF: sapo_edge.models.resolve.resolve_model("smollm2-135m"), or --tokenizer
 DIR): its 49,152 tokens fit in the 151,936-row embedding, and sampled ids beyond them decode to
 nothing, so generation and the train step run the real model's arithmetic at its real shapes.
 A random model earns no reward, so the benchmark gives the rows of each group stand-in rewards
@@ -45,7 +45,7 @@ MARK = "QWEN_SHAPE.json"  # what was built, so a later run reuses the directory
 
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct converted from the offline GGUF (its tokenizer is what we take)."""
-    from sapo_edge.models import resolve_model
+    from sapo_edge.models.resolve import resolve_model
 
     return resolve_model("smollm2-135m", progress=lambda m: print(m, file=sys.stderr)).path
 

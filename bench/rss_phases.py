@@ -31,7 +31,7 @@ from workers import (  # noqa: E402
     scored_samples,
 )
 
-from sapo_edge.prompts import build_messages  # noqa: E402
+from sapo_edge.rl.prompts import build_messages  # noqa: E402
 
 
 def rss_mb() -> dict[str, int]:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from sapo_edge.backends import load_backend
-    from sapo_edge.models import resolve_model
+    from sapo_edge.models.resolve import resolve_model
 
     model = resolve_model(args.model, progress=print)
     spec = Spec(model_dir=str(model.path), model_id=model.model_id, dtype=args.dtype)

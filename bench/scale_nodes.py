@@ -14,14 +14,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sapo_edge.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.tasks import TaskRef
 from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.intake import Intake
 from sapo_edge.swarm.nats_transport import NatsRoute
 from sapo_edge.swarm.peerbook import PeerBook
 from sapo_edge.swarm.roomkey import RoomKeys
-from sapo_edge.tasks import TaskRef
 
 _WORDS = (
     "the of and to in is that it for as with on be by this are from at an which we have not "

@@ -31,7 +31,7 @@ MODES = ("gated", "plain")
 def measure(model: str, mode: str, rows: int, tokens: int, dtype: str) -> dict:
     from sapo_edge.backends import load_backend, torch_loss
     from sapo_edge.backends.base import Completion, Sample
-    from sapo_edge.prompts import build_messages
+    from sapo_edge.rl.prompts import build_messages
 
     if mode == "plain":
         torch_loss.lean_gated_mlps = lambda *a, **k: nullcontext()

@@ -468,7 +468,7 @@ def main() -> int:
         args.no_scaling = True  # a Node drops groups that all scored alike: no step would run
         args.out = args.out or Path("docs/benchmarks-qwen-shape.md")
     else:
-        from sapo_edge.models import resolve_model
+        from sapo_edge.models.resolve import resolve_model
 
         model = resolve_model(args.model, progress=print)
         spec = Spec(model_dir=str(model.path), model_id=model.model_id)

@@ -27,11 +27,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sapo_edge.config import Config
-from sapo_edge.prompts import build_messages
-from sapo_edge.rewards import RewardConfig, score_completion
-from sapo_edge.task_sampler import TaskSampler
-from sapo_edge.tasks import ONE_DIGIT_ADDITION, regenerate
+from sapo_edge.config.settings import Config
+from sapo_edge.data.task_sampler import TaskSampler
+from sapo_edge.data.tasks import ONE_DIGIT_ADDITION, regenerate
+from sapo_edge.rl.prompts import build_messages
+from sapo_edge.rl.rewards import RewardConfig, score_completion
 
 # The work of every worker: one-digit addition scored leniently (the demo's and the sweep's
 # task). SmolLM2-135M gets ~0.1-0.3 on it, so the rewards within a group of completions differ
@@ -197,8 +197,8 @@ def scored_samples(
 ) -> tuple[list, list[float]]:
     """Each completion scored (or given its stand-in reward) and turned into a training sample
     with its group's advantage (the sampled ids, as trained), and the rewards in order."""
-    from sapo_edge.advantages import group_advantages
     from sapo_edge.backends.base import Sample
+    from sapo_edge.rl.advantages import group_advantages
 
     samples, rewards = [], []
     for task, msgs, group in zip(tasks, prompts, groups, strict=True):
@@ -523,10 +523,10 @@ def run_trl(spec: Spec, tuned: bool = False) -> None:
 # ------------------------------------------------------------------------- node (scaling)
 def run_node(spec: Spec) -> None:
     from sapo_edge.backends import load_backend
-    from sapo_edge.metrics import PrintCallback
-    from sapo_edge.rollout import RolloutGroup, encode_batch
+    from sapo_edge.data.rollout import RolloutGroup, encode_batch
+    from sapo_edge.rl.metrics import PrintCallback
+    from sapo_edge.rl.trainer import Node
     from sapo_edge.swarm.transport import InProcessHub
-    from sapo_edge.trainer import Node
 
     cfg = spec.config(external_samples=4 if spec.external else 0)
     hub = InProcessHub()

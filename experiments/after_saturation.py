@@ -45,7 +45,7 @@ FROM = "from.txt"  # in an arm's run folder: the cell it started from
 
 def seed_arm(source: Path, out: Path) -> int:
     """Copy each node's newest checkpoint and its metrics into out (once); the start round."""
-    from sapo_edge.checkpoints import find_latest
+    from sapo_edge.rl.checkpoints import find_latest
 
     marker = out / FROM
     if marker.is_file() and marker.read_text(encoding="utf-8") != str(source.resolve()):
@@ -82,8 +82,8 @@ def summary_path(args: argparse.Namespace, arm: str) -> Path:
 def run_arm(args: argparse.Namespace, arm: str) -> dict:
     import torch
 
-    from sapo_edge.config import Config
-    from sapo_edge.runner import run_sim
+    from sapo_edge.config.settings import Config
+    from sapo_edge.run.runner import run_sim
 
     torch.set_num_threads(1)
     out = args.out / args.label / arm

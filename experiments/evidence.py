@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 
 from stats import samples_for_se, standard_error  # noqa: E402
 
-TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/targeting.py)
+TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/rl/targeting.py)
 NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answers at advantage 0
 SUFFIXES = (TARGETED, NO_NEGATIVES)  # in this order: 4/4+targeted+no-negatives
 
@@ -97,7 +97,7 @@ def check_split(split: str) -> str:
 
 
 def cell_config(args: argparse.Namespace, seed: int | None, split: str):
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
 
     overrides: dict = {"resume": True, "seed": 0 if seed is None else seed, "dtype": args.dtype}
     if args.rounds:
@@ -128,8 +128,8 @@ def heldout_per_node(nodes: int, target: float = SE_TARGET) -> int:
 
 def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     """Train (unless base), evaluate every node, and return the cell's summary."""
-    from sapo_edge.metrics import read_rewards
-    from sapo_edge.runner import node_id_for, run_sim
+    from sapo_edge.rl.metrics import read_rewards
+    from sapo_edge.run.runner import node_id_for, run_sim
 
     cfg = cell_config(args, seed, split)
     out = Path(cfg.out_dir)
@@ -222,7 +222,7 @@ def evaluate_nodes(cfg, out: Path, names: list[str], per_node: int, trained: boo
     the evaluations it finished); the summary's "heldout": per node, pass@1, SE, completions.
     With hinted nodes (the format as the skill) every adapter is asked without the worked
     example and scored strictly: what a node learned, not what its prompt showed it."""
-    from sapo_edge.evaluate import evaluate
+    from sapo_edge.run.evaluate import evaluate
 
     aha = {"example": False, "strict": True} if cfg.hinted_nodes else {}
 

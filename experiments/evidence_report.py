@@ -458,7 +458,7 @@ def render(label: str, a: dict) -> str:
         lines += [
             "",
             f"{split}: {picked} of the {used} peer groups trained were picked for being wanted "
-            "(targeting.py); the rest came from the uniform draw.",
+            "(rl/targeting.py); the rest came from the uniform draw.",
         ]
     text = reading(a)
     if text:

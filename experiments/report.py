@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from sapo_edge.metrics import read_rewards  # noqa: E402
+from sapo_edge.rl.metrics import read_rewards  # noqa: E402
 
 WINDOW = 3  # moving average over rounds in the plot
 

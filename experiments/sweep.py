@@ -30,7 +30,7 @@ from report import SPLITS, split_dir, write_report  # noqa: E402
 
 
 def split_config(config: Path, out: Path, split: str):
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
 
     i, j = (int(x) for x in split.split("/"))
     overrides = {
@@ -46,8 +46,8 @@ def lane_worker(args: argparse.Namespace) -> None:
     """One lane: its splits' sims one after another, then their held-out evaluations."""
     import torch
 
-    from sapo_edge.evaluate import evaluate
-    from sapo_edge.runner import run_sim
+    from sapo_edge.run.evaluate import evaluate
+    from sapo_edge.run.runner import run_sim
 
     torch.set_num_threads(args.threads)
     splits = args.lane.split(",")

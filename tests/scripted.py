@@ -15,8 +15,8 @@ from pathlib import Path
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.backends.base import Completion, StepStats
-from sapo_edge.config import Config
-from sapo_edge.trainer import Node
+from sapo_edge.config.settings import Config
+from sapo_edge.rl.trainer import Node
 
 END = 0  # the scripted end-of-turn token
 GREEDY = 0.05  # at or below this temperature the scripted policy always says its first answer

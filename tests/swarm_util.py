@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sapo_edge.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.tasks import TaskRef
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.network import NetworkTransport
-from sapo_edge.tasks import TaskRef
 
 # the bound on a test's wait for an event: generous, since a wait ends as soon as the event
 # happens (a loaded machine only makes it take longer; a broken one fails after this)

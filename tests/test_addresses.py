@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sapo_edge.addresses import bind_address
-from sapo_edge.doctor import check_port
+from sapo_edge.data.addresses import bind_address
+from sapo_edge.run.doctor import check_port
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sapo_edge.advantages import group_advantages, is_informative
+from sapo_edge.rl.advantages import group_advantages, is_informative
 
 
 def test_one_right_three_wrong_scaled():

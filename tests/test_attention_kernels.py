@@ -9,8 +9,8 @@ from sapo_edge.backends import attention_kernels as ak
 from sapo_edge.backends import torch_backend, torch_loss
 from sapo_edge.backends.base import Sample
 from sapo_edge.backends.torch_backend import TorchBackend
-from sapo_edge.config import Config
-from sapo_edge.prompts import build_messages
+from sapo_edge.config.settings import Config
+from sapo_edge.rl.prompts import build_messages
 
 
 def _flags() -> tuple[bool, bool, bool, bool]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sapo_edge.backends.base import Sample
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
 
 pytestmark = pytest.mark.slow
 

@@ -46,7 +46,7 @@ def test_a_kill_before_the_first_checkpoint_leaves_no_round_recorded_twice(tmp_p
     were kept, so the resumed run recorded them twice."""
     from scripted import make_cfg, make_node
 
-    from sapo_edge.metrics import read_rewards
+    from sapo_edge.rl.metrics import read_rewards
     from sapo_edge.swarm.transport import NullTransport
 
     node = make_node(make_cfg(tmp_path), "a", NullTransport())

@@ -13,12 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge.checkpoints import (
-    CheckpointError,
-    find_latest,
-    list_checkpoints,
-    save_checkpoint,
-)
+from sapo_edge.rl.checkpoints import CheckpointError, find_latest, list_checkpoints, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +86,7 @@ def test_process_killed_mid_save_leaves_previous_latest(tmp_path: Path) -> None:
         f"""
         import os, signal
         from pathlib import Path
-        from sapo_edge.checkpoints import save_checkpoint
+        from sapo_edge.rl.checkpoints import save_checkpoint
 
         def write(d):
             (d / "adapter.safetensors").write_bytes(b"partial")
@@ -234,7 +229,7 @@ def test_a_failed_resave_of_a_round_keeps_the_old_one(tmp_path: Path, monkeypatc
     """Re-saving round N (a run whose rounds are a multiple of checkpoint_every saves its last
     round twice) moves the old round-N aside first: if publishing the new one fails, the old one
     is put back, never lost."""
-    import sapo_edge.checkpoints as checkpoints
+    import sapo_edge.rl.checkpoints as checkpoints
 
     save(tmp_path, 3)
     real_rename = os.rename
@@ -342,7 +337,7 @@ def test_a_checkpoints_files_byte_for_byte(tmp_path: Path) -> None:
 def test_every_file_and_directory_is_fsynced_deepest_first_before_the_rename(
     tmp_path: Path, monkeypatch
 ) -> None:
-    import sapo_edge.checkpoints as checkpoints
+    import sapo_edge.rl.checkpoints as checkpoints
 
     synced: list[str] = []
     real_fsync, real_rename = os.fsync, os.rename
@@ -489,7 +484,7 @@ def test_a_save_that_fails_before_its_temp_dir_exists_raises_its_own_error(tmp_p
 def test_a_failed_first_publish_raises_its_own_error_and_leaves_nothing(
     tmp_path: Path, monkeypatch
 ) -> None:
-    import sapo_edge.checkpoints as checkpoints
+    import sapo_edge.rl.checkpoints as checkpoints
 
     real_rename = os.rename
 
@@ -532,7 +527,7 @@ def test_checking_a_live_writer_only_asks_and_never_signals_it(tmp_path: Path) -
 
 def test_a_writer_we_may_not_signal_counts_as_alive(tmp_path: Path, monkeypatch) -> None:
     """Another user's process: os.kill(pid, 0) raises PermissionError; its temp dir stays."""
-    import sapo_edge.checkpoints as checkpoints
+    import sapo_edge.rl.checkpoints as checkpoints
 
     def kill(pid: int, sig: int) -> None:
         raise PermissionError(errno.EPERM, "Operation not permitted")

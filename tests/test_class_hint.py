@@ -7,7 +7,7 @@ import pytest
 
 from sapo_edge.classroom.hint import Hints
 from sapo_edge.classroom.settings import make_invite, read_invite
-from sapo_edge.config import Config, ConfigError
+from sapo_edge.config.settings import Config, ConfigError
 from sapo_edge.swarm.admission import Admissions, Grant, join_room
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.roomkey import new_room_key

@@ -128,7 +128,7 @@ def test_a_code_that_no_longer_admits_leaves_the_page(host) -> None:
 
 
 def test_another_machine_sees_the_class_but_not_the_code_without_the_token(host) -> None:
-    from sapo_edge.doctor import lan_addresses
+    from sapo_edge.run.doctor import lan_addresses
 
     lan = [a for a in lan_addresses() if ":" not in a]
     if not lan:

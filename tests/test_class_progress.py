@@ -13,7 +13,7 @@ from scripted import make_cfg, make_node
 
 from sapo_edge.classroom.board import ClassBoard
 from sapo_edge.classroom.member import ClassMember
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
 from sapo_edge.swarm.progress import Progress
 from sapo_edge.swarm.protocol import ProtocolError
 from sapo_edge.swarm.stats import RoundStats
@@ -113,7 +113,7 @@ def test_the_students_chart_shows_the_reward_once_scored_and_keeps_one_point() -
 
 
 def test_a_headless_run_says_its_first_rounds_reward_before_the_train_step(tmp_path) -> None:
-    from sapo_edge.metrics import PrintCallback
+    from sapo_edge.rl.metrics import PrintCallback
 
     lines: list[str] = []
     node = make_node(make_cfg(tmp_path), "a", InProcessHub().connect("id-a"))
@@ -130,7 +130,7 @@ def test_a_member_says_paused_while_parked_and_left_or_done_at_the_end(tmp_path)
     member's callback when it parks and how the run ended; the last word goes out at once."""
     import threading
 
-    from sapo_edge.control import RunControl, run_rounds
+    from sapo_edge.run.control import RunControl, run_rounds
 
     sent: list[Progress] = []
     last: list[Progress] = []

@@ -18,7 +18,7 @@ from sapo_edge.classroom.settings import (
     make_invite,
     read_invite,
 )
-from sapo_edge.config import Config, ConfigError
+from sapo_edge.config.settings import Config, ConfigError
 from sapo_edge.swarm import admission
 
 
@@ -99,7 +99,7 @@ def test_a_class_model_resolves_on_the_hub_never_as_a_folder_on_this_disk(
     """A class's 'org/name' looks like a hub id, but resolve_model tried a relative folder
     first: a class could make a student load (and report on) a folder on its own disk. Now a
     class's model is a hub id or alias only; the student's own --model may still be a path."""
-    from sapo_edge.models import ModelNotFound, resolve_model
+    from sapo_edge.models.resolve import ModelNotFound, resolve_model
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is fetched here: the refusal says so
@@ -204,7 +204,7 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
     from types import SimpleNamespace
 
     from sapo_edge.classroom.join_status import NO_PATH_TITLE, PathWatcher
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
     from sapo_edge.tui.app import SapoDashboard
     from sapo_edge.tui.messages import Problem, ProblemCleared
     from sapo_edge.tui.widgets.problem import ProblemBanner

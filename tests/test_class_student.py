@@ -28,7 +28,7 @@ from test_classroom import linked, student
 
 from sapo_edge.classroom.code import parse_code
 from sapo_edge.classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
 from sapo_edge.swarm.peers import PeerInfo
 from sapo_edge.tui.app import SapoDashboard
 from sapo_edge.tui.bridge import NO_PEERS_TITLE
@@ -202,7 +202,7 @@ def test_the_alone_command_of_an_ended_class_continues_the_students_run(
     import dataclasses
 
     from sapo_edge.cli import main
-    from sapo_edge.runner import run_single
+    from sapo_edge.run.runner import run_single
 
     j = student(host, tmp_path, "ada")
     small = dict(questions_per_round=1, group_size=2, max_new_tokens=4, local_samples=1)

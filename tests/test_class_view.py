@@ -296,8 +296,8 @@ def test_names_cut_to_fit_keep_their_distinguishing_end() -> None:
     """Issue 48: 'swift-badger-6aea' and 'swift-badger-f3ab' showed as 'swift-bad…' and
     'swift-…' twice in the learned-from table: cut names keep what tells them apart."""
     from sapo_edge.classroom.board import ClassBoard
+    from sapo_edge.data.textsafe import short_name
     from sapo_edge.swarm.stats import RoundStats
-    from sapo_edge.textsafe import short_name
 
     assert short_name("swift-badger-6aea", 7) == "sw…6aea"
     assert short_name("swift-badger-6aea", 10) == "swift…6aea"
@@ -399,7 +399,7 @@ def test_a_redraw_of_256_members_redraws_only_what_changed() -> None:
 
 
 def test_a_students_peers_table_keeps_names_apart_too() -> None:
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
     from sapo_edge.swarm.peers import PeerInfo
     from sapo_edge.tui.app import SapoDashboard
     from sapo_edge.tui.messages import PeersUpdated

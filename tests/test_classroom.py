@@ -20,8 +20,8 @@ from scripted import Quiet, ScriptedBackend, make_cfg
 from sapo_edge.classroom.host import ClassHost, HostOptions
 from sapo_edge.classroom.join import Joined, JoinError, join_class
 from sapo_edge.classroom.join_status import class_path
+from sapo_edge.rl.trainer import Node
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.trainer import Node
 
 FAST_NET = dict(heartbeat=0.5, handshake_timeout=2.0, reconnect_base=0.05, reconnect_max=0.3)
 
@@ -718,7 +718,7 @@ def test_a_student_whose_rounds_are_done_is_still_told_the_class_ended(
     """Issue 28: a student whose run had ended (its dashboard still on screen) was never told
     the class ended: its node had closed with its last round. The dashboard keeps it open
     (`keep_open`) until the student quits."""
-    from sapo_edge.runner import run_single
+    from sapo_edge.run.runner import run_single
 
     j = student(host, tmp_path, "ada")
     j.transport.keep_open = True  # what the student's dashboard sets (tui/joined.py)

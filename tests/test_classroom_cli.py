@@ -14,8 +14,8 @@ from test_sim import FAST
 
 from sapo_edge.classroom.host import ClassHost, HostOptions
 from sapo_edge.cli import build_parser, config_from_args, main
-from sapo_edge.paths import runs_dir
-from sapo_edge.runs import list_runs
+from sapo_edge.data.paths import runs_dir
+from sapo_edge.run.runs import list_runs
 from sapo_edge.swarm.identity import Identity, load_or_create
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ def test_a_wrong_code_ends_in_one_sentence_and_sets_nothing_up(tmp_path, capsys)
 
 
 def test_a_laptop_too_small_for_the_class_says_so_before_loading(tmp_path, capsys, monkeypatch):
-    from sapo_edge import fit
+    from sapo_edge.machine import fit
 
     host = start_host(tmp_path, "--preset", "paper")  # Qwen2.5-0.5B at the paper's settings
     monkeypatch.setattr(fit, "system_memory", lambda: fit.Memory(4e9, 3e9, "RAM"))
@@ -137,7 +137,7 @@ def test_joining_again_from_a_second_window_is_refused_while_the_first_runs(
     import subprocess
     import sys
 
-    from sapo_edge.runs import RUNNING_FILE
+    from sapo_edge.run.runs import RUNNING_FILE
 
     host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
     first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -166,7 +166,7 @@ def test_joining_from_the_hosts_laptop_under_its_identity_is_refused(tmp_path, c
     import subprocess
     import sys
 
-    from sapo_edge.paths import identity_path
+    from sapo_edge.data.paths import identity_path
 
     host = start_host(tmp_path, "--model", "smollm2-135m", *FAST)
     hosting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sapo_edge.cli import build_parser, config_from_args, main
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
 
 SCRIPT = Path(sys.executable).with_name("sapo-edge")
 

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge import __version__, fit, models
+from sapo_edge import __version__
 from sapo_edge.cli import build_parser, config_from_args, main
-from sapo_edge.config import Config, ConfigError, load_preset, preset_names
+from sapo_edge.config.settings import Config, ConfigError, load_preset, preset_names
+from sapo_edge.machine import fit
+from sapo_edge.models import resolve as models
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -93,7 +95,7 @@ def test_host_and_port_defaults(argv: list[str], field: str, want: object) -> No
 def test_presets_load_validate_and_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(preset_names()) >= {"demo", "paper", "addition", "arithmetic"}
     for name in preset_names():
-        from sapo_edge.task_sampler import TaskSampler
+        from sapo_edge.data.task_sampler import TaskSampler
 
         cfg = Config.load("", {"preset": name})
         TaskSampler(cfg.domains, cfg.domain_configs, 0)  # its tasks build
@@ -246,7 +248,7 @@ def test_estimates_grow_with_the_work() -> None:
 def test_the_relay_says_the_address_nodes_join_with(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sapo_edge import doctor
+    from sapo_edge.run import doctor
     from sapo_edge.swarm import relay
 
     started: list[tuple[str, int]] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge.config import LORA_TARGETS, PAPER_DOMAINS, Config, ConfigError
+from sapo_edge.config.settings import LORA_TARGETS, PAPER_DOMAINS, Config, ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

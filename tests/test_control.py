@@ -6,8 +6,8 @@ import threading
 
 from scripted import make_cfg, make_node
 
-from sapo_edge.control import RunControl, run_rounds
-from sapo_edge.metrics import read_rewards
+from sapo_edge.rl.metrics import read_rewards
+from sapo_edge.run.control import RunControl, run_rounds
 from sapo_edge.swarm.peers import PeerInfo, PeerTally, peer_snapshot
 from sapo_edge.swarm.transport import InProcessHub, NullTransport
 
@@ -212,7 +212,7 @@ def test_applied_settings_are_kept_for_a_resumed_run(tmp_path):
     node = make_node(make_cfg(tmp_path), "a", NullTransport())
     control.update(external_samples=0)
     run_rounds(node, 1, control, lambda _: None)
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
 
     assert Config.load(node.out_dir / "config.json").external_samples == 0
 
@@ -221,7 +221,7 @@ def test_stop_signals_reach_the_run_and_the_old_handlers_come_back():
     import os
     import signal
 
-    from sapo_edge.stopping import exit_code, stop_signals
+    from sapo_edge.run.stopping import exit_code, stop_signals
 
     names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
     before = {n: signal.getsignal(getattr(signal, n)) for n in names}

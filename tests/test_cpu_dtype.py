@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from sapo_edge.backends import cpu_dtype, rates  # noqa: E402
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge import doctor
 from sapo_edge.cli import main
+from sapo_edge.run import doctor
 
 NAMES = [
     "version",
@@ -115,7 +115,7 @@ def test_a_busy_port_and_a_broken_identity_are_red(
 def test_the_offline_model_line_says_how_to_fetch_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sapo_edge import models
+    from sapo_edge.models import resolve as models
 
     monkeypatch.setattr(models, "SMOLLM2_PACKAGE", "sapo_edge_no_such_package")
     check = doctor.check_models()
@@ -126,7 +126,7 @@ def test_the_offline_model_line_says_how_to_fetch_it(
 def test_multicast_fails_where_the_network_has_none() -> None:
     """In a new network namespace the loopback is down: no interface takes the group."""
     code = (
-        "from sapo_edge.doctor import check_mdns\n"
+        "from sapo_edge.run.doctor import check_mdns\n"
         "c = check_mdns('127.0.0.1', [])\nprint(c.status, '|', c.text)"
     )
     done = subprocess.run(
@@ -146,8 +146,8 @@ def test_the_pace_line_says_the_model_will_be_fetched_or_that_it_cannot_be(
     smollm2-135m 'is not on this machine and the hub cannot be reached', and bare sapo-edge
     then fetched it from the package index. It says what will happen; a fetch that cannot
     happen (HF_HUB_OFFLINE) is a warning with the fix."""
-    from sapo_edge import models
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
+    from sapo_edge.models import resolve as models
 
     monkeypatch.setattr(models, "smollm2_gguf", lambda: None)
     monkeypatch.setattr(models, "hub_reachable", lambda: False)

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from sapo_edge import pace
-from sapo_edge.config import Config
-from sapo_edge.dtype_pace import ROUND_MARGIN, _secs, choose_dtype
-from sapo_edge.fit import KNOWN
-from sapo_edge.pace_cache import PaceCache, Rates, correction_key
+from sapo_edge.config.settings import Config
+from sapo_edge.machine import pace
+from sapo_edge.machine.dtype_pace import ROUND_MARGIN, _secs, choose_dtype
+from sapo_edge.machine.fit import KNOWN
+from sapo_edge.machine.pace_cache import PaceCache, Rates, correction_key
 
 SMOL = "smollm2-135m"
 CFG = pace.CANDIDATES[4].config()  # SmolLM2 on one-digit addition
@@ -180,8 +180,8 @@ def test_a_cpu_run_of_auto_takes_the_dtype_measured_faster(measured_here, monkey
 
 
 def test_doctor_says_the_dtype_and_the_two_rounds_it_compared(measured_here) -> None:
-    from sapo_edge import doctor
-    from sapo_edge.pace import Choice
+    from sapo_edge.machine.pace import Choice
+    from sapo_edge.run import doctor
 
     choice = Choice(pace.CANDIDATES[4], None, "")
     line = doctor.check_dtype(Config(), [choice]).line(color=False)

@@ -4,9 +4,9 @@ import pytest
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.cli import main
-from sapo_edge.config import Config
-from sapo_edge.evaluate import HELDOUT_SEED, heldout_tasks
-from sapo_edge.task_sampler import TaskSampler, node_seed
+from sapo_edge.config.settings import Config
+from sapo_edge.data.task_sampler import TaskSampler, node_seed
+from sapo_edge.run.evaluate import HELDOUT_SEED, heldout_tasks
 
 ADD = [
     "--domains",

@@ -9,7 +9,7 @@ import pytest
 
 from sapo_edge.classroom.member import ClassMember
 from sapo_edge.events import HOOKS, Forward, RunEvents, events
-from sapo_edge.runner import _NetStatus
+from sapo_edge.run.runner import _NetStatus
 
 ARGS = {
     "on_round": ("report",),
@@ -91,7 +91,7 @@ def test_settings_taking_effect_reach_the_header_as_an_event():
 
     from tui_recorded import node_started
 
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
     from sapo_edge.tui.app import SapoDashboard
     from sapo_edge.tui.bridge import TuiCallback
     from sapo_edge.tui.messages import LogLine

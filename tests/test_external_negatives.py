@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from scripted import make_cfg, make_node
 
-from sapo_edge.rollout import RolloutGroup
+from sapo_edge.data.rollout import RolloutGroup
+from sapo_edge.data.task_sampler import TaskSampler
+from sapo_edge.data.tasks import regenerate
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.task_sampler import TaskSampler
-from sapo_edge.tasks import regenerate
 
 
 def _node(tmp_path, external_negatives: bool):

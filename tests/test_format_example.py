@@ -10,12 +10,12 @@ import types
 import pytest
 from scripted import ScriptedBackend, make_cfg, make_node
 
-import sapo_edge.evaluate as ev
-from sapo_edge.prompts import build_messages
-from sapo_edge.rollout import RolloutGroup
+import sapo_edge.run.evaluate as ev
+from sapo_edge.data.rollout import RolloutGroup
+from sapo_edge.data.task_sampler import TaskSampler
+from sapo_edge.data.tasks import regenerate
+from sapo_edge.rl.prompts import build_messages
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.task_sampler import TaskSampler
-from sapo_edge.tasks import regenerate
 
 
 @pytest.mark.parametrize("example", [True, False])

@@ -17,7 +17,7 @@ from sapo_edge.backends.gated_mlp import GatedLoraDown, _gated_mlps, lean_gated_
 from sapo_edge.backends.lora_fused import lora_linear  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
 from sapo_edge.backends.torch_decode import LeanLora  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 
 def _inputs(dtype, lora_dtype=None, *, bias=False, shape=(2, 5), inter=9, hidden=6, r=3, seed=0):

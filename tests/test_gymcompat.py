@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sapo_edge import gymcompat
+from sapo_edge.data import gymcompat
 
 HERE = Path(__file__).resolve().parent
 HAS_PYCOSAT = importlib.util.find_spec("pycosat") is not None and "stand-in" not in str(
@@ -82,7 +82,7 @@ def test_a_real_pycosat_wins_over_the_stand_in() -> None:
 def test_without_pycosat_reasoning_gym_imports_only_through_the_stand_in() -> None:
     out = without_pycosat(
         "try:\n    import reasoning_gym\nexcept ModuleNotFoundError as e:\n    print('fails:', e.name)\n"
-        "from sapo_edge.gymcompat import install\ninstall()\nimport reasoning_gym, pycosat\n"
+        "from sapo_edge.data.gymcompat import install\ninstall()\nimport reasoning_gym, pycosat\n"
         "print('stand-in:', pycosat.__version__)"
     )
     assert "fails: pycosat" in out and "stand-in: sapo-edge pure-Python stand-in" in out
@@ -90,7 +90,7 @@ def test_without_pycosat_reasoning_gym_imports_only_through_the_stand_in() -> No
 
 ZEBRA = """
 import hashlib, json
-from sapo_edge.tasks import TaskRef, regenerate
+from sapo_edge.data.tasks import TaskRef, regenerate
 for cfg in ({}, {"num_people": 3, "num_characteristics": 3}):
     items = [regenerate(TaskRef.make("zebra_puzzles", cfg, 11, i)) for i in range(3)]
     text = json.dumps([[t.question, t.answer] for t in items])
@@ -111,7 +111,7 @@ def test_zebra_puzzles_are_the_same_questions_with_the_stand_in() -> None:
 @pytest.mark.slow
 def test_every_offered_dataset_builds_without_pycosat() -> None:
     out = without_pycosat(
-        "import json\nfrom sapo_edge.tasks import known_datasets, regenerate, TaskRef\n"
+        "import json\nfrom sapo_edge.data.tasks import known_datasets, regenerate, TaskRef\n"
         "bad = {}\n"
         "for d in known_datasets():\n"
         "    try:\n        regenerate(TaskRef.make(d, {}, 0, 0))\n"

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from sapo_edge.backends import head_logps as hl  # noqa: E402
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 
 def _unchunked(hidden, weight, targets, temperature):

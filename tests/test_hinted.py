@@ -8,14 +8,14 @@ import json
 import pytest
 from scripted import ScriptedBackend, cut, encode, make_cfg, make_node
 
-from sapo_edge.config import Config, ConfigError
-from sapo_edge.prompts import build_messages
-from sapo_edge.rollout import RolloutGroup
-from sapo_edge.runner import hint_over, node_config
+from sapo_edge.config.settings import Config, ConfigError
+from sapo_edge.data.rollout import RolloutGroup
+from sapo_edge.data.task_sampler import TaskSampler
+from sapo_edge.data.tasks import regenerate
+from sapo_edge.rl.prompts import build_messages
+from sapo_edge.rl.trainer import Node
+from sapo_edge.run.runner import hint_over, node_config
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.task_sampler import TaskSampler
-from sapo_edge.tasks import regenerate
-from sapo_edge.trainer import Node
 
 
 def test_only_the_hinted_nodes_see_the_example(tmp_path):
@@ -117,7 +117,7 @@ def test_a_round_reports_its_share_of_tagged_answers_and_its_strict_reward(tmp_p
 def test_a_sim_hints_only_its_hinted_node_and_stops_it_after_hint_rounds(
     tiny_qwen, tmp_path, monkeypatch
 ):
-    from sapo_edge.runner import run_sim
+    from sapo_edge.run.runner import run_sim
 
     seen: dict[str, set[bool]] = {}
     original = Node._messages

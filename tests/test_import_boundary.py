@@ -81,7 +81,7 @@ def test_importing_every_core_module_loads_no_framework():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == []
-    assert "sapo_edge.trainer" in CORE and "sapo_edge.swarm.network" in CORE
+    assert "sapo_edge.rl.trainer" in CORE and "sapo_edge.swarm.network" in CORE
 
 
 @pytest.mark.parametrize("name", ["backends", "tui"])
@@ -136,8 +136,10 @@ def test_no_two_modules_import_each_other():
     """A pair that imports each other (even lazily, inside a function) has its shared piece in
     the wrong place: move it down to a small module both import."""
     graph = import_graph()
-    assert "sapo_edge.fit" in graph["sapo_edge.runner"]  # the walk really resolves imports
-    assert "sapo_edge.backends" in graph["sapo_edge.doctor"]  # relative, lazy, of a package
+    assert (
+        "sapo_edge.machine.fit" in graph["sapo_edge.run.runner"]
+    )  # the walk really resolves imports
+    assert "sapo_edge.backends" in graph["sapo_edge.run.doctor"]  # relative, lazy, of a package
     assert circles(graph) == []
 
 
@@ -250,3 +252,84 @@ def test_classroom_imports_no_ui():
         if t == "sapo_edge.tui" or t.startswith("sapo_edge.tui.")
     )
     assert found == []
+
+
+# The floor plan (docs/architecture.md), bottom first: a module imports only from its own floor
+# or those below it. "" is the package root (the version, the run events).
+FLOORS = [
+    "",
+    "data",
+    "swarm",
+    "config",
+    "machine",
+    "backends",
+    "models",
+    "rl",
+    "run",
+    "web",
+    "classroom",
+    "tui",
+    "cli",
+]
+MAX_ROOT_MODULES = 8
+
+
+def floor_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in FLOORS else ""
+
+
+def up_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{a} ({floor_of(a) or 'root'}) imports {b} ({floor_of(b) or 'root'})"
+        for a, targets in graph.items()
+        for b in targets
+        if FLOORS.index(floor_of(b)) > FLOORS.index(floor_of(a))
+    )
+
+
+def test_every_import_goes_down_the_floors_or_stays_on_its_own():
+    """No arrow back up: what a floor needs from a higher one belongs lower (or is passed in)."""
+    graph = import_graph()
+    assert (
+        "sapo_edge.rl.trainer" in graph and "sapo_edge.swarm.peers" in graph["sapo_edge.rl.trainer"]
+    )
+    assert up_arrows(graph) == []
+
+
+def test_every_package_has_a_floor_and_the_root_stays_small():
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert packages == sorted(f for f in FLOORS if f)  # a new package is given its floor here
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def test_the_floor_check_sees_an_arrow_up():
+    graph = {"sapo_edge.data.tasks": {"sapo_edge.rl.rewards"}, "sapo_edge.rl.rewards": set()}
+    assert up_arrows(graph) == ["sapo_edge.data.tasks (data) imports sapo_edge.rl.rewards (rl)"]
+    assert up_arrows({"sapo_edge.events": {"sapo_edge.data.paths"}}) == [
+        "sapo_edge.events (root) imports sapo_edge.data.paths (data)"
+    ]
+
+
+def script_graph(folder: Path) -> dict[str, set[str]]:
+    """experiments/ and bench/ scripts import each other by file name (each runs with its folder
+    on sys.path): the same graph, names instead of dotted modules."""
+    names = {p.stem: p for p in folder.glob("*.py")}
+    graph = {}
+    for name, path in names.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+        graph[name] = {m for m in found if m in names and m != name}
+    return graph
+
+
+@pytest.mark.parametrize("folder", ["experiments", "bench"])
+def test_no_circle_among_the_scripts(folder):
+    graph = script_graph(PACKAGE.parent / folder)
+    assert any(graph.values())  # the walk really finds the scripts' imports of each other
+    assert import_cycles(graph) == [], "\n".join(a_circle(graph, g) for g in import_cycles(graph))

@@ -12,7 +12,7 @@ F = torch.nn.functional
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.lora_fused import LoraLinear, lora_linear  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 
 def _inputs(dtype, *, bias: bool, shape=(3, 5), seed=0, n_in=7, n_out=6, r=2):

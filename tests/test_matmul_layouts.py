@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 aten = torch.ops.aten
 # products and where their two factors sit in the arguments

@@ -1,4 +1,4 @@
-"""Adaptive I/J (sapo_edge/mix.py): the bandit's choices by hand, its checkpoint, and a node that
+"""Adaptive I/J (sapo_edge/rl/mix.py): the bandit's choices by hand, its checkpoint, and a node that
 uses it (scripted policy): J in metrics.jsonl, exact resume, and a preference for helpful peers."""
 
 import json
@@ -9,8 +9,8 @@ import statistics
 import pytest
 from scripted import ScriptedBackend, make_cfg, make_node
 
-from sapo_edge.config import Config, ConfigError
-from sapo_edge.mix import ARMS, BLOCK, PAUSE, AdaptiveMix, feasible_arms
+from sapo_edge.config.settings import Config, ConfigError
+from sapo_edge.rl.mix import ARMS, BLOCK, PAUSE, AdaptiveMix, feasible_arms
 from sapo_edge.swarm.transport import InProcessHub
 
 
@@ -319,7 +319,7 @@ def test_the_bandit_learns_to_take_peer_groups_when_they_help(tmp_path):
 
 
 def test_the_printed_round_line_names_the_chosen_j(tmp_path):
-    from sapo_edge.metrics import PrintCallback
+    from sapo_edge.rl.metrics import PrintCallback
 
     lines: list[str] = []
     cfg = make_cfg(tmp_path, mix="adaptive", questions_per_round=4)

@@ -15,7 +15,7 @@ from sapo_edge.backends import load_backend, select_backend  # noqa: E402
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.mlx_backend import MlxBackend  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
 LONG = [{"role": "user", "content": "What is 12 times 4? Think step by step, then answer."}]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge import models
 from sapo_edge.cli import main
+from sapo_edge.models import resolve as models
 
 GGUF_BYTES = b"GGUF" + bytes(range(256)) * 64  # magic + a body; not a loadable model
 

@@ -19,13 +19,13 @@ from scripted import Quiet, ScriptedBackend, make_cfg
 from swarm_util import WAIT, RelayThread, connect, envelope, keys_of, net, sealed
 from task_configs import ONE_DIGIT_ADD
 
-from sapo_edge.config import Config, ConfigError
+from sapo_edge.config.settings import Config, ConfigError
+from sapo_edge.rl.trainer import Node
 from sapo_edge.swarm.batches import MAX_SEALED_BYTES, seal
 from sapo_edge.swarm.identity import Identity
 from sapo_edge.swarm.relay import Relay
 from sapo_edge.swarm.roomkey import new_room_key
 from sapo_edge.swarm.shards import EVERYTHING, leaf_subject
-from sapo_edge.trainer import Node
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 

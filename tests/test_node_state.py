@@ -1,4 +1,4 @@
-"""A node's round state declared once (sapo_edge/node_state.py, issue 46): the rollback of a
+"""A node's round state declared once (sapo_edge/rl/node_state.py, issue 46): the rollback of a
 stopped round, the checkpoint and the resume all go through node_state.PARTS, and a node that
 holds a stateful object the list does not name fails here (not, silently, an exact resume)."""
 
@@ -9,9 +9,9 @@ import json
 import pytest
 from scripted import make_cfg, make_node, stop_at_check
 
-from sapo_edge import node_state
+from sapo_edge.rl import node_state
+from sapo_edge.rl.trainer import RoundStopped
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.trainer import RoundStopped
 
 NOT_ROUND_STATE = {"pool", "backend"}  # the pool has its own file (pool.json); the model, its own
 

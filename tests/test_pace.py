@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sapo_edge import fit, pace
-from sapo_edge.config import Config
-from sapo_edge.pace_cache import TRANSFER, Correction, PaceCache, Rates
+from sapo_edge.config.settings import Config
+from sapo_edge.machine import fit, pace
+from sapo_edge.machine.pace_cache import TRANSFER, Correction, PaceCache, Rates
 
 BIG = fit.Memory(32e9, 30e9, "RAM")
 SMALL = fit.Memory(6e9, 4e9, "RAM")
@@ -145,7 +145,7 @@ def test_the_correction_learns_from_real_rounds_and_survives_a_restart(tmp_path:
 def test_only_a_run_with_every_core_teaches_the_machine_s_pace(tmp_path, monkeypatch) -> None:
     """control.run_rounds hands each of a session's first rounds to the backend's learn_pace,
     which learns only from an adaptive run (not one pinned to fewer threads)."""
-    from sapo_edge import control
+    from sapo_edge.run import control
 
     taught = []
 
@@ -189,8 +189,9 @@ def test_a_damaged_or_foreign_cache_is_measured_again(tmp_path: Path, text: str)
 def test_bare_run_offline_picks_a_model_it_has_and_says_why(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from sapo_edge import cli, models
+    from sapo_edge import cli
     from sapo_edge.backends import rates
+    from sapo_edge.models import resolve as models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # nothing cached
@@ -216,7 +217,7 @@ def test_hub_reachable_is_false_offline_without_touching_the_network(
 ) -> None:
     import socket
 
-    from sapo_edge import models
+    from sapo_edge.models import resolve as models
 
     def no(*_a, **_k):
         raise AssertionError("dialled out")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge import checkpoints
 from sapo_edge.backends import base
+from sapo_edge.rl import checkpoints
 
 HERE = Path(__file__).resolve().parent
 POSIX_ONLY = "resource,fcntl,termios,pwd,grp,tty,pty"

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sapo_edge.prompts import (
+from sapo_edge.rl.prompts import (
     SYSTEM_PROMPT,
     build_messages,
     extract_last_number,

@@ -7,8 +7,8 @@ import time
 import pytest
 from task_configs import ONE_DIGIT_ADD
 
-from sapo_edge.rewards import RewardConfig, score_completion
-from sapo_edge.tasks import Task, TaskRef, regenerate, verifier_score
+from sapo_edge.data.tasks import Task, TaskRef, regenerate, verifier_score
+from sapo_edge.rl.rewards import RewardConfig, score_completion
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sapo_edge.rollout import (
+from sapo_edge.data.rollout import (
     DEFAULT_LIMITS,
     ROLLOUT_VERSION,
     Limits,
@@ -19,7 +19,7 @@ from sapo_edge.rollout import (
     decode_batch,
     encode_batch,
 )
-from sapo_edge.tasks import TaskRef
+from sapo_edge.data.tasks import TaskRef
 
 
 def group(**over: Any) -> RolloutGroup:

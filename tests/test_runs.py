@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge import paths
 from sapo_edge.cli import main
-from sapo_edge.config import Config, ConfigError
-from sapo_edge.runs import list_runs, prepare_out_dir
+from sapo_edge.config.settings import Config, ConfigError
+from sapo_edge.data import paths
+from sapo_edge.run.runs import list_runs, prepare_out_dir
 
 
 @pytest.fixture(autouse=True)

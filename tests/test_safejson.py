@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sapo_edge.safejson import JsonError, dumps_canonical, loads_strict
+from sapo_edge.data.safejson import JsonError, dumps_canonical, loads_strict
 
 
 def reason(data, **kw) -> str:
@@ -99,7 +99,7 @@ import re  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from sapo_edge.safejson import _max_depth_exceeded  # noqa: E402
+from sapo_edge.data.safejson import _max_depth_exceeded  # noqa: E402
 
 
 def message(data, **kw) -> tuple[str, str]:

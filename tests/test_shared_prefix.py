@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.backends.shared_prefix import SharedPrefix  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
 SHARES = 48  # micro-batches on one prefix: G=8 is typical; more makes bfloat16's drift plain

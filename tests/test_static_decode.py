@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from sapo_edge.backends.static_decode import StaticDecoder  # noqa: E402
 from sapo_edge.backends.torch_backend import TorchBackend  # noqa: E402
 from sapo_edge.backends.torch_decode import GrowingDecoder  # noqa: E402
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 PROMPTS = [
     [{"role": "user", "content": "Calculate 2 + 3."}],  # shorter: left-padded

@@ -9,7 +9,7 @@ import pytest
 from test_sim import FAST
 
 from sapo_edge.cli import build_parser, config_from_args, main
-from sapo_edge.config import Config, ConfigError
+from sapo_edge.config.settings import Config, ConfigError
 from sapo_edge.swarm.identity import load_or_create
 from sapo_edge.swarm.roomkey import new_room_key
 
@@ -60,7 +60,7 @@ def test_run_joins_the_swarm_under_its_identity(tiny_qwen, tmp_path, capsys) -> 
 def test_a_networked_node_reports_every_phase_to_its_callback(tiny_qwen, tmp_path) -> None:
     """The dashboard learns the node and its phases through on_phase: the network's status
     wrapper must pass it on (it once swallowed it, leaving the header and feed empty)."""
-    from sapo_edge.runner import run_single
+    from sapo_edge.run.runner import run_single
 
     seen: list[str] = []
 
@@ -103,7 +103,7 @@ def test_the_secret_never_lands_in_any_file_a_run_writes(tmp_path) -> None:
     from scripted import Quiet, ScriptedBackend, make_cfg
     from swarm_util import net
 
-    from sapo_edge.trainer import Node
+    from sapo_edge.rl.trainer import Node
 
     cfg = make_cfg(tmp_path, secret=SECRET, room="lab")
     logs: list[str] = []

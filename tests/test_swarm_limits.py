@@ -14,8 +14,9 @@ import aiohttp
 import pytest
 from swarm_util import KEYS, WAIT, RelayThread, batch_for, connect, sealed
 
-from sapo_edge.rollout import RolloutGroup, encode_batch
-from sapo_edge.sampling import ExternalPool
+from sapo_edge.data.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.tasks import TaskRef
+from sapo_edge.rl.sampling import ExternalPool
 from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.dialing import MAX_LAN_DIALS
 from sapo_edge.swarm.discovery import MAX_RESOLVING, LanDiscovery
@@ -27,7 +28,6 @@ from sapo_edge.swarm.guard import (
 )
 from sapo_edge.swarm.handshake import HandshakeError
 from sapo_edge.swarm.identity import Identity
-from sapo_edge.tasks import TaskRef
 
 
 def _idle_budget(want: int) -> int:

@@ -22,7 +22,7 @@ from swarm_util import (
     sealed,
 )
 
-from sapo_edge.rollout import encode_batch
+from sapo_edge.data.rollout import encode_batch
 from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.handshake import HandshakeError
 from sapo_edge.swarm.identity import Identity

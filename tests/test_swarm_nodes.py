@@ -11,7 +11,7 @@ import pytest
 from scripted import Quiet, ScriptedBackend, make_cfg
 from swarm_util import net
 
-from sapo_edge.trainer import Node
+from sapo_edge.rl.trainer import Node
 
 
 @pytest.fixture

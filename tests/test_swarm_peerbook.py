@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
+from sapo_edge.data.textsafe import clean
 from sapo_edge.swarm.identity import name_for_id
 from sapo_edge.swarm.peerbook import PeerBook, is_node_id, peer_name
 from sapo_edge.swarm.protocol import Auth
-from sapo_edge.textsafe import clean
 
 PEER = "ab" * 16  # a node id (32 hex digits)
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from swarm_util import batch_for, group
 
-from sapo_edge.rollout import encode_batch
+from sapo_edge.data.rollout import encode_batch
 from sapo_edge.swarm.batches import RolloutVerifier, make_rollouts, seal
 from sapo_edge.swarm.identity import (
     Identity,

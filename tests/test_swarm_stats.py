@@ -62,7 +62,7 @@ def stats_box(ident: Identity, stats: RoundStats | None = None, keys=None, **kw)
 
 def raw_stats(ident: Identity, stats_obj: dict, keys=None, **body_over) -> bytes:
     """A signed stats envelope around any JSON object (to send what make_stats would refuse)."""
-    from sapo_edge.safejson import dumps_canonical
+    from sapo_edge.data.safejson import dumps_canonical
 
     keys = keys or KEYS
     body = dumps_canonical(
@@ -342,7 +342,7 @@ def test_the_class_stats_route_carries_stats_only() -> None:
 
 def progress_box(ident: Identity, progress_obj: dict, keys=None, **body_over) -> bytes:
     """A signed progress envelope around any JSON object (to send what make_progress refuses)."""
-    from sapo_edge.safejson import dumps_canonical
+    from sapo_edge.data.safejson import dumps_canonical
 
     keys = keys or KEYS
     body = dumps_canonical(

@@ -1,4 +1,4 @@
-"""Targeted external samples (sapo_edge/targeting.py, ExternalPool.sample's prefer): the ranking
+"""Targeted external samples (sapo_edge/rl/targeting.py, ExternalPool.sample's prefer): the ranking
 of peer groups, the limits (J, the targeted share, own groups, re-scoring work), the fall back to
 the uniform draw, determinism, and a node that trains exactly the groups it chose."""
 
@@ -11,12 +11,12 @@ import pytest
 from scripted import make_cfg, make_node
 from task_configs import ONE_DIGIT_ADD
 
-from sapo_edge.rollout import RolloutGroup
-from sapo_edge.sampling import ExternalPool, ScoredGroup, scored
+from sapo_edge.data.rollout import RolloutGroup
+from sapo_edge.data.task_sampler import TaskSampler
+from sapo_edge.data.tasks import TaskRef, regenerate
+from sapo_edge.rl.sampling import ExternalPool, ScoredGroup, scored
+from sapo_edge.rl.targeting import Success, targeted_limit, wanted
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.targeting import Success, targeted_limit, wanted
-from sapo_edge.task_sampler import TaskSampler
-from sapo_edge.tasks import TaskRef, regenerate
 
 
 def peer(i: int, dataset: str, right: bool = True, producer: str = "p1") -> RolloutGroup:

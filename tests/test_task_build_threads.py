@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge import tasks
-from sapo_edge.tasks import TaskError, TaskRef, regenerate
+from sapo_edge.data import tasks
+from sapo_edge.data.tasks import TaskError, TaskRef, regenerate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # when the build ends; print() then writes the line's end to what sys.stdout was.
 _PRINT_ACROSS_A_BUILD = """
 import sys, threading
-from sapo_edge import tasks
+from sapo_edge.data import tasks
 
 class Terminal:  # the real stdout: its first write waits until the build is over
     def __init__(self):

@@ -10,9 +10,8 @@ import reasoning_gym
 from reasoning_gym.arithmetic.basic_arithmetic import BasicArithmeticDataset
 from task_configs import ONE_DIGIT_ADD
 
-from sapo_edge.rewards import score_completion
-from sapo_edge.task_sampler import TaskSampler, node_seed
-from sapo_edge.tasks import (
+from sapo_edge.data.task_sampler import TaskSampler, node_seed
+from sapo_edge.data.tasks import (
     MAX_INDEX,
     PAPER_DOMAINS,
     Task,
@@ -21,6 +20,7 @@ from sapo_edge.tasks import (
     regenerate,
     verifier_score,
 )
+from sapo_edge.rl.rewards import score_completion
 
 
 def correct_answer(task: Task) -> str:
@@ -271,7 +271,7 @@ def test_another_threads_prints_survive_a_task_being_built(monkeypatch, capsys) 
     process's stdout lost it, and the namespace LAN test, which reads those lines, saw no mesh)."""
     import threading
 
-    from sapo_edge import tasks as tasks_mod
+    from sapo_edge.data import tasks as tasks_mod
 
     building, printed = threading.Event(), threading.Event()
     real = tasks_mod._dataset("basic_arithmetic", "{}", 7)

@@ -1,13 +1,14 @@
-"""The adaptive CPU thread policy (sapo_edge/threads.py) on a fake clock and a fake load."""
+"""The adaptive CPU thread policy (sapo_edge/machine/threads.py) on a fake clock and a fake load."""
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import pytest
 
 from sapo_edge.backends.common import SharedBases
-from sapo_edge.threads import LoadSample, ThreadPolicy, pinned_threads
+from sapo_edge.machine.threads import LoadSample, ThreadPolicy, pinned_threads
 
 
 class FakeMachine:
@@ -159,18 +160,22 @@ def test_the_persons_choice_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pinned_threads(3) == 3  # --threads over the environment
     monkeypatch.setenv("OMP_NUM_THREADS", "lots")
     assert pinned_threads(0) is None
-    from sapo_edge.threads import usable_cores
+    from sapo_edge.machine.threads import usable_cores
 
     assert pinned_threads(10**6) == 4 * usable_cores()  # a typo cannot start a million threads
 
 
 def test_the_real_meter_reads_this_process_and_the_cores() -> None:
-    from sapo_edge.threads import LoadMeter
+    from sapo_edge.machine.threads import LoadMeter
 
     meter = LoadMeter()
-    a = meter()
-    sum(i * i for i in range(200_000))  # some CPU time of our own
-    b = meter()
+    a = b = meter()
+    deadline = time.monotonic() + 30
+    # some CPU time of our own: until the clock-tick counters show it (on a loaded machine a
+    # fixed amount of work can fall inside one tick), bounded
+    while b.own <= a.own and time.monotonic() < deadline:
+        sum(i * i for i in range(200_000))
+        b = meter()
     assert b.at > a.at and b.own > a.own
     assert b.busy - a.busy >= (b.own - a.own) * 0.5  # our own work shows in the cores' busy time
 
@@ -178,7 +183,7 @@ def test_the_real_meter_reads_this_process_and_the_cores() -> None:
 def test_niced_work_counts_only_where_niceness_gives_no_core_back(monkeypatch) -> None:
     import psutil
 
-    from sapo_edge import threads
+    from sapo_edge.machine import threads
 
     times = type("T", (), {"user": 1.0, "system": 1.0, "nice": 5.0, "steal": 0.5})()
     monkeypatch.setattr(psutil, "cpu_times", lambda percpu=True: [times])
@@ -199,7 +204,7 @@ def test_the_torch_backend_drops_a_thread_mid_generation_when_a_busy_program_sta
     from sapo_edge.backends import cpu_threads
     from sapo_edge.backends.base import Sample
     from sapo_edge.backends.torch_backend import TorchBackend
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
 
     machine = FakeMachine(2)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -271,7 +276,7 @@ def test_a_rounds_first_prefill_runs_with_the_cores_the_load_leaves_free(
 
     from sapo_edge.backends import cpu_threads, torch_backend
     from sapo_edge.backends.torch_backend import TorchBackend
-    from sapo_edge.config import Config
+    from sapo_edge.config.settings import Config
 
     machine = FakeMachine(2)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

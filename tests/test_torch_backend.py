@@ -6,7 +6,7 @@ import pytest
 
 from sapo_edge.backends.base import Sample
 from sapo_edge.backends.torch_backend import TorchBackend
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
 
 MSGS = [{"role": "user", "content": "Calculate 2 + 3."}]
 

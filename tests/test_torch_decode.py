@@ -17,7 +17,7 @@ from sapo_edge.backends.torch_decode import (  # noqa: E402
     merged_lora,
     sample,
 )
-from sapo_edge.config import Config  # noqa: E402
+from sapo_edge.config.settings import Config  # noqa: E402
 
 PROMPTS = [
     [{"role": "user", "content": "Calculate 2 + 3."}],

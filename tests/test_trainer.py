@@ -12,12 +12,12 @@ import pytest
 from scripted import END, Quiet, ScriptedBackend, decode, encode, make_cfg, make_node, stop_at_check
 from task_configs import ONE_DIGIT_ADD
 
-from sapo_edge.control import apply_settings
-from sapo_edge.metrics import MEASURED
-from sapo_edge.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.rollout import RolloutGroup, encode_batch
+from sapo_edge.data.tasks import TaskRef, regenerate
+from sapo_edge.rl.metrics import MEASURED
+from sapo_edge.rl.trainer import Node, RoundStopped
+from sapo_edge.run.control import apply_settings
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.tasks import TaskRef, regenerate
-from sapo_edge.trainer import Node, RoundStopped
 
 
 def test_round_trains_on_own_and_external_groups(tmp_path):

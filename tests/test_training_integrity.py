@@ -27,15 +27,15 @@ from task_configs import ONE_DIGIT_ADD
 from tiny_model import OTHER_SPECIALS, build_other_tokenizer
 from tokenizers import Tokenizer
 
-from sapo_edge import trainer
 from sapo_edge.backends import load_backend
 from sapo_edge.backends.base import Sample
-from sapo_edge.config import Config
-from sapo_edge.metrics import MEASURED
-from sapo_edge.rollout import RolloutGroup, decode_batch, encode_batch
+from sapo_edge.config.settings import Config
+from sapo_edge.data.rollout import RolloutGroup, decode_batch, encode_batch
+from sapo_edge.data.tasks import TaskRef, regenerate
+from sapo_edge.rl import trainer
+from sapo_edge.rl.metrics import MEASURED
+from sapo_edge.rl.trainer import Node, RoundStopped
 from sapo_edge.swarm.transport import InProcessHub
-from sapo_edge.tasks import TaskRef, regenerate
-from sapo_edge.trainer import Node, RoundStopped
 
 HAS_MLX = importlib.util.find_spec("mlx") is not None and importlib.util.find_spec("mlx_lm")
 KINDS = ["torch", pytest.param("mlx", marks=pytest.mark.skipif(not HAS_MLX, reason="no mlx"))]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge.config import Config
-from sapo_edge.control import RunControl
+from sapo_edge.config.settings import Config
+from sapo_edge.run.control import RunControl
 from sapo_edge.tui.app import SapoDashboard
 from sapo_edge.tui.messages import LogLine, NothingTrained, PhaseProgress, PhaseStarted, RoundDone
 from sapo_edge.tui.widgets.header import NodeHeader

@@ -6,12 +6,13 @@ from types import SimpleNamespace
 
 from scripted import make_cfg, make_node
 
-from sapo_edge.checkpoints import CheckpointError
-from sapo_edge.models import ModelNotFound
-from sapo_edge.sampling import scored
+from sapo_edge.data.tasks import TaskRef
+from sapo_edge.models.resolve import ModelNotFound
+from sapo_edge.rl.checkpoints import CheckpointError
+from sapo_edge.rl.sampling import scored
+from sapo_edge.rl.trainer import RoundGroups
+from sapo_edge.run.remedies import explain
 from sapo_edge.swarm.transport import InProcessHub, NullTransport
-from sapo_edge.tasks import TaskRef
-from sapo_edge.trainer import RoundGroups
 from sapo_edge.tui.bridge import TuiCallback, rollouts_of
 from sapo_edge.tui.messages import (
     NodeStarted,
@@ -24,7 +25,6 @@ from sapo_edge.tui.messages import (
     RoundDone,
 )
 from sapo_edge.tui.nothing_trained import why_nothing_trained
-from sapo_edge.tui.remedies import explain
 
 
 def _group(domain, index, rewards, origin="self"):
@@ -186,7 +186,7 @@ def test_nothing_trained_reasons_follow_the_scores_and_settings(tmp_path):
 
 
 def test_the_networked_node_passes_progress_on_to_the_dashboard():
-    from sapo_edge.runner import _NetStatus
+    from sapo_edge.run.runner import _NetStatus
 
     got = []
 

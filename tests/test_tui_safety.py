@@ -9,9 +9,9 @@ import asyncio
 
 from swarm_util import net
 
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
+from sapo_edge.data.textsafe import clean
 from sapo_edge.swarm.peers import PeerInfo
-from sapo_edge.textsafe import clean
 from sapo_edge.tui.app import SapoDashboard
 from sapo_edge.tui.messages import (
     LogLine,

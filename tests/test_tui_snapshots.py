@@ -8,7 +8,7 @@ After an intended change of the look: pytest tests/test_tui_snapshots.py --snaps
 import sys
 from pathlib import Path
 
-from sapo_edge.config import Config
+from sapo_edge.config.settings import Config
 from sapo_edge.tui.app import SapoDashboard
 from sapo_edge.tui.widgets.round_progress import RoundProgress
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import Config
+from ..config.settings import Config
 from .base import Backend, Generation, Sample, StepStats
 
 __all__ = [
@@ -28,7 +28,7 @@ def accelerator_memory(device: str):
         return None
     import torch
 
-    from ..memory import Memory
+    from ..machine.memory import Memory
 
     free, total = torch.cuda.mem_get_info(device)
     return Memory(float(total), float(free), torch.cuda.get_device_name(device))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .. import paths
+from ..data import paths
 
 PROBE_FILE = "cpu_dtype_probe.json"
 

@@ -1,4 +1,4 @@
-"""torch's CPU threads under the adaptive policy of `sapo_edge/threads.py`: one policy per
+"""torch's CPU threads under the adaptive policy of `sapo_edge/machine/threads.py`: one policy per
 process (the thread count is process-wide, shared by every node of a `sim`), applied with
 torch.set_num_threads only when it changes."""
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..threads import LoadMeter, ThreadPolicy, pinned_threads, usable_cores
+from ..machine.threads import LoadMeter, ThreadPolicy, pinned_threads, usable_cores
 
 _POLICY: ThreadPolicy | None = None
 # torch's own default before anything changed it: the physical cores (on Apple Silicon the

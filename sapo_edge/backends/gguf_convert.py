@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..model_errors import ModelNotFound
+from ..config.errors import ModelNotFound
 
 
 def dequantize(gguf: Path) -> tuple[Any, Any]:

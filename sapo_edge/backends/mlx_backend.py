@@ -27,7 +27,7 @@ from mlx_lm.tuner.utils import linear_to_lora_layers
 from mlx_lm.utils import load_model
 from transformers import AutoTokenizer
 
-from ..config import Config
+from ..config.settings import Config
 from .base import Completion, check_load_time_settings, peak_rss_mb
 from .common import SharedBases, written_by_other
 from .lora_init import lora_a_init

@@ -20,7 +20,7 @@ import mlx.optimizers as optim
 from mlx.utils import tree_flatten, tree_map
 from mlx_lm.tuner.lora import LoRALinear
 
-from ..config import Config
+from ..config.settings import Config
 from .base import Sample, StepStats
 from .lora_init import step_seed
 from .tokens import training_sequences

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from ..config import Config
-from ..dtype_pace import DTYPES, DtypeChoice, choose_dtype
-from ..pace_cache import PaceCache, Rates, rates_key
-from ..threads import usable_cores
+from ..config.settings import Config
+from ..machine.dtype_pace import DTYPES, DtypeChoice, choose_dtype
+from ..machine.pace_cache import PaceCache, Rates, rates_key
+from ..machine.threads import usable_cores
 from . import cpu_dtype
 from .cpu_dtype import machine_key
 from .cpu_threads import TORCH_DEFAULT, set_threads

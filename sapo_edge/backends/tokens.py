@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..config import Config
+from ..config.settings import Config
 from .base import Completion, Sample
 
 _PROBE = "sapo-edge end-of-turn probe"

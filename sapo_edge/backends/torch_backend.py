@@ -29,8 +29,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from ..config import Config
-from ..dtype_pace import DTYPES
+from ..config.settings import Config
+from ..machine.dtype_pace import DTYPES
 from .attention_kernels import attention_kernels
 from .base import Completion, check_load_time_settings, peak_rss_mb
 from .common import SharedBases, written_by_other
@@ -227,8 +227,8 @@ class TorchBackend(TorchLoss):
         policy = self.threads
         if policy is None or not policy.adaptive or os.environ.get("SAPO_EDGE_PACE_RATES"):
             return
-        from ..pace import learn_from_round
-        from ..pace_cache import PaceCache, rates_key
+        from ..machine.pace import learn_from_round
+        from ..machine.pace_cache import PaceCache, rates_key
         from .cpu_dtype import machine_key
 
         cache = PaceCache.load(machine_key())

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from peft import PeftModel
 
-from ..config import Config
+from ..config.settings import Config
 from .attention_kernels import attention_kernels
 from .base import Sample, StepStats
 from .gated_mlp import lean_gated_mlps

@@ -10,9 +10,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..data.textsafe import clean
 from ..swarm.identity import name_for_id
 from ..swarm.peerbook import peer_name
-from ..textsafe import clean
 
 RECENT = 5  # "reward, last 5 rounds"
 

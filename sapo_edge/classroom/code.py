@@ -10,7 +10,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from ..addresses import RELAY_PORT
+from ..data.addresses import RELAY_PORT
 from ..swarm.admission import normalise
 from ..swarm.words import WORDS
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..addresses import bind_address
-from ..config import Config, ConfigError
-from ..config_checks import hint_plan
-from ..textsafe import clean
+from ..config.checks import hint_plan
+from ..config.settings import Config, ConfigError
+from ..data.addresses import bind_address
+from ..data.textsafe import clean
 from .report import end_of_class
 from .settings import LOCAL_FIELDS
 
@@ -35,7 +35,7 @@ def host_command(
 ) -> int:
     """Host a class; on a terminal (not --headless) `view(host)` shows it (the CLI passes the
     class view from tui/, so classroom/ stays free of any UI)."""
-    from ..runs import prepare_out_dir
+    from ..run.runs import prepare_out_dir
     from .host import ClassHost, HostOptions
 
     if not (args.model or args.preset or args.config):
@@ -136,9 +136,9 @@ def _bindable(host: str) -> bool:
 def run_host_headless(host: Any) -> int:
     """The class without a terminal UI: the code, then one line per member's round; Ctrl-C or
     SIGTERM stops this laptop's training (saved), ends the class and writes the report."""
-    from ..control import RunControl
-    from ..metrics import PrintCallback
-    from ..stopping import exit_code, stop_signals
+    from ..rl.metrics import PrintCallback
+    from ..run.control import RunControl
+    from ..run.stopping import exit_code, stop_signals
 
     _print_code(host)
     lines = RoundLines(host.board, _say).start()
@@ -263,7 +263,7 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
         print(f"sapo-edge: {note}", file=sys.stderr)
     if not args.headless and sys.stdout.isatty():
         return dashboard(joined)
-    from ..runner import run_headless
+    from ..run.runner import run_headless
 
     name = joined.cfg.name
     watcher = PathWatcher(

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ..config import Config
-from ..config_checks import hint_plan
+from ..config.checks import hint_plan
+from ..config.settings import Config
 
 
 class Hints:

@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..addresses import bind_address
-from ..config import Config, ConfigError
+from ..config.settings import Config, ConfigError
+from ..data.addresses import bind_address
 from ..swarm.admission import Admissions, Grant
 from ..swarm.identity import Identity
 from ..swarm.nats_room import is_nats_url, room_subjects
@@ -109,7 +109,7 @@ class ClassHost:
 
         ident = self.identity
         if ident is None:
-            from ..runs import hold_identity
+            from ..run.runs import hold_identity
 
             ident, created = load_or_create()
             if created:
@@ -353,7 +353,7 @@ class ClassHost:
 
     def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:
         """Train this laptop as a member (blocks until its rounds are done or it is stopped)."""
-        from ..runner import run_single
+        from ..run.runner import run_single
 
         cfg = self.hints.host_config(self.cfg)  # the example when the hint names the host
         return run_single(cfg, self.member_callback(callback), log, control, self.transport)

@@ -105,7 +105,7 @@ class HostServices:
 
 def lan_address() -> str:
     """The address to put in the code: this machine's first LAN address, else loopback."""
-    from ..doctor import lan_addresses
+    from ..run.doctor import lan_addresses
 
     found = [a for a in lan_addresses() if ":" not in a] or lan_addresses()
     return found[0] if found else "127.0.0.1"

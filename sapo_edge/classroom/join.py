@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
-from ..models import model_name
+from ..config.model_name import model_name
+from ..config.settings import Config, ConfigError
+from ..data.textsafe import clean
 from ..swarm.admission import AdmissionError, Grant, join_room
 from ..swarm.identity import Identity
 from ..swarm.network import NetworkTransport
 from ..swarm.progress import Progress
 from ..swarm.roomkey import room_keys
-from ..textsafe import clean
 from .code import JoinCode, parse_code
 from .member import ClassMember, printable
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
@@ -202,7 +202,7 @@ class Joined:
 def _keep_pace(cfg: Config, notes: list[str]) -> Config:
     """The class's settings, lightened on a laptop too slow to keep the class's pace."""
     from ..backends.rates import cpu_pace
-    from ..pace import keep_pace
+    from ..machine.pace import keep_pace
 
     rates, cache, dtype = cpu_pace(cfg.dtype, lambda _msg: None, cfg.model, cfg)
     cfg, note = keep_pace(cfg, rates, cache, dtype=dtype)
@@ -228,7 +228,7 @@ def join_class(
     `device`: its backend (select_backend), said to peers from the first link."""
     code = parse_code(code_text)
     if identity is None:
-        from ..runs import hold_identity
+        from ..run.runs import hold_identity
         from ..swarm.identity import default_identity_path, load_or_create
 
         identity, _ = load_or_create()
@@ -268,10 +268,10 @@ def join_class(
     name = identity.name if cfg.name == default_name else cfg.name
     cfg = dataclasses.replace(cfg, room=grant.room, name=name)
     if not cfg.out_dir:  # one folder per class: rejoining continues the same run
-        from ..paths import runs_dir
+        from ..data.paths import runs_dir
 
         cfg = dataclasses.replace(cfg, out_dir=str(runs_dir() / f"class-{keys.lan_id[:12]}"))
-    from ..runs import hold_run, is_used
+    from ..run.runs import hold_run, is_used
 
     hold_run(Path(cfg.out_dir) / name)  # the same laptop joining twice (a second window)
     if is_used(Path(cfg.out_dir) / name) and not cfg.resume:

@@ -10,12 +10,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..aha import aha_flags
+from ..data.textsafe import clean
 from ..events import Forward
+from ..rl.aha import aha_flags
 from ..swarm.peerbook import is_node_id
 from ..swarm.progress import Progress
 from ..swarm.stats import MAX_PRODUCERS, MAX_REWARD, ROUNDS_PER_MESSAGE, RoundStats
-from ..textsafe import clean
 
 
 def printable(text: Any, limit: int) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..textsafe import clean
+from ..data.textsafe import clean
 from .board import CLASS_FILE, ClassBoard
 from .board_rows import ClassSnapshot, row_marks
 from .host import INFO_FILE

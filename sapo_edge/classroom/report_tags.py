@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..textsafe import clean
+from ..data.textsafe import clean
 from .board_rows import ClassSnapshot, row_marks
 
 MAX_LINES = 40  # members drawn (a class of 256: the plot stays readable, class.csv has them all)

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
-from ..models import hub_only, is_hub_name, model_name
-from ..safejson import JsonError, dumps_canonical, loads_strict
+from ..config.model_name import hub_only, model_name
+from ..config.settings import Config, ConfigError
+from ..data.safejson import JsonError, dumps_canonical, loads_strict
+from ..data.textsafe import clean
+from ..models.resolve import is_hub_name
 from ..swarm.peerbook import is_node_id
-from ..textsafe import clean
 
 INVITE_VERSION = 1
 MAX_EXTRA_CHARS = 16 << 10  # = swarm.admission.MAX_EXTRA_CHARS (tested), without importing it
@@ -148,7 +149,14 @@ def class_config(invite: Invite, local: dict[str, Any]) -> Config:
 def fit_here(cfg: Config, device: str) -> tuple[str, str]:
     """('ok' | 'warn' | 'refuse' | 'unknown', a sentence): will the class's settings fit this
     laptop? Known models and local folders are estimated before anything is fetched."""
-    from ..fit import GB, KNOWN, check_fits, estimate_bytes, shape_from_config, system_memory
+    from ..machine.fit import (
+        GB,
+        KNOWN,
+        check_fits,
+        estimate_bytes,
+        shape_from_config,
+        system_memory,
+    )
 
     name = model_name(cfg.model)
     local = name == cfg.model and Path(name).is_dir()  # a class's model: never this disk's

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import Config, ConfigError, preset_names
+from ..config.settings import Config, ConfigError, preset_names
 from .parser import _first_run_choice, build_parser, config_from_args
 from .tools import _doctor, _models, _relay, _room_nats_user
 
@@ -41,14 +41,14 @@ def _room(args: argparse.Namespace, _parser: argparse.ArgumentParser, _argv: lis
 
 
 def _completion(args: argparse.Namespace, parser: argparse.ArgumentParser, _argv: list[str]) -> int:
-    from ..completion import script
+    from .completion import script
 
     print(script(parser, args.shell), end="")
     return 0
 
 
 def _presets(_args: argparse.Namespace, _parser: argparse.ArgumentParser, _argv: list[str]) -> int:
-    from ..config_presets import preset_summary
+    from ..config.presets import preset_summary
 
     for name in preset_names():
         print(f"{name:<12} {preset_summary(name)}")
@@ -66,8 +66,8 @@ def _class(args: argparse.Namespace, _parser: argparse.ArgumentParser, argv: lis
 
 
 def _runs(args: argparse.Namespace, _parser: argparse.ArgumentParser, _argv: list[str]) -> int:
-    from ..paths import runs_dir
-    from ..runs import list_runs, runs_table
+    from ..data.paths import runs_dir
+    from ..run.runs import list_runs, runs_table
 
     root = Path(args.out_dir).expanduser() if args.out_dir else runs_dir()
     found = list_runs(root)
@@ -85,10 +85,10 @@ def _training(args: argparse.Namespace, _parser: argparse.ArgumentParser, argv: 
     if args.command == "run":
         cfg = _resolve_secret(cfg, argv)
     if args.command in ("run", "sim"):
-        from ..runs import prepare_out_dir
+        from ..run.runs import prepare_out_dir
 
         cfg = prepare_out_dir(cfg, args.command)
-    from .. import runner  # heavy imports only once the flags are known to be good
+    from ..run import runner  # heavy imports only once the flags are known to be good
 
     if args.command == "run":
         if not args.headless and sys.stdout.isatty():
@@ -99,7 +99,7 @@ def _training(args: argparse.Namespace, _parser: argparse.ArgumentParser, argv: 
     if args.command == "sim":
         runner.run_sim(cfg)
         return 0
-    from ..evaluate import evaluate
+    from ..run.evaluate import evaluate
 
     result = evaluate(
         cfg,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import Config, preset_names
+from ..config.settings import Config, preset_names
 
 
 def _add_config_flags(
@@ -74,8 +74,7 @@ def _show_default(f: dataclasses.Field) -> str:
 
 
 def _fixed_values() -> dict[str, list[str]]:
-    from ..config_checks import BACKENDS, DTYPES, SHARE_POLICIES
-    from ..mix import MIXES
+    from ..config.checks import BACKENDS, DTYPES, MIXES, SHARE_POLICIES
 
     return {
         "backend": list(BACKENDS),
@@ -292,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def user_config_file() -> Path | None:
     """config.toml in the user's config folder, read when no --config is given."""
-    from ..paths import config_dir
+    from ..data.paths import config_dir
 
     p = config_dir() / "config.toml"
     return p if p.is_file() else None
@@ -312,7 +311,7 @@ def _first_run_choice(args: argparse.Namespace) -> dict[str, Any]:
     memory and in time (pace.py)."""
     if args.model or args.preset or args.config or user_config_file():
         return {}
-    from ..backends.pace_here import choose_here
+    from ..run.pace_here import choose_here
 
     choice = choose_here(args.backend or "auto", args.dtype or "auto", args.round_target)
     print(

@@ -8,14 +8,14 @@ import errno
 import sys
 from pathlib import Path
 
-from ..config import Config, ConfigError
+from ..config.settings import Config, ConfigError
 from .parser import user_config_file
 
 
 def _models(args: argparse.Namespace) -> int:
-    from ..model_fetch import fetch_smollm2
-    from ..models import ALIASES, cache_entries, clean_cache, smollm2_gguf
-    from ..paths import cache_dir, human_size
+    from ..data.paths import cache_dir, human_size
+    from ..models.fetch import fetch_smollm2
+    from ..models.resolve import ALIASES, cache_entries, clean_cache, smollm2_gguf
 
     if args.source and not args.get:
         raise ConfigError("--from FILE goes with --get smollm2-135m.")
@@ -75,7 +75,7 @@ def _relay(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port {args.port}: use a port between 1 and 65535.")
     if args.host in ("0.0.0.0", "::", ""):
-        from ..doctor import lan_addresses
+        from ..run.doctor import lan_addresses
 
         for addr in lan_addresses()[:4]:
             host = f"[{addr}]" if ":" in addr else addr
@@ -101,7 +101,7 @@ def _relay(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ..doctor import main as doctor_main
+    from ..run.doctor import main as doctor_main
 
     overrides = {k: v for k in ("relay", "listen", "backend") if (v := getattr(args, k))}
     path = args.config or user_config_file() or ""

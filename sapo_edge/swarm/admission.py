@@ -33,8 +33,7 @@ from spake2 import SPAKE2_A, SPAKE2_B
 from spake2.ed25519_basic import NotOnCurve
 from spake2.spake2 import SPAKEError
 
-from sapo_edge.safejson import dumps_canonical
-
+from ..data.safejson import dumps_canonical
 from .admission_codes import (  # noqa: F401 - the code book, for callers of this module
     MAX_EXTRA_CHARS,
     AdmissionError,

@@ -15,9 +15,8 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from sapo_edge.rollout import DEFAULT_LIMITS, Limits, RolloutError, decode_batch
-from sapo_edge.safejson import dumps_canonical
-
+from ..data.rollout import DEFAULT_LIMITS, Limits, RolloutError, decode_batch
+from ..data.safejson import dumps_canonical
 from .identity import Identity, node_id_for_key, verify
 from .protocol import (
     MAX_MESSAGE_BYTES,

@@ -103,7 +103,7 @@ def check_private(p: Path) -> None:
 
 
 def default_identity_path() -> Path:
-    from ..paths import identity_path  # the OS's config folder, or $SAPO_EDGE_HOME
+    from ..data.paths import identity_path  # the OS's config folder, or $SAPO_EDGE_HOME
 
     return identity_path()
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sapo_edge.textsafe import clean
-
+from ..data.textsafe import clean
 from .batches import BatchRejected, RolloutVerifier, VerifiedBatch, unseal
 from .inbox import FairInbox
 from .peerbook import PeerBook

@@ -15,8 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from sapo_edge.textsafe import clean
-
+from ..data.textsafe import clean
 from .handshake import KIND_MESSAGE, KIND_SEALED, LinkBroken, Session
 from .identity import Identity
 from .peer import Closed, Outbox, read_raw

@@ -19,9 +19,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from sapo_edge.addresses import bind_address
-from sapo_edge.textsafe import clean
-
+from ..data.addresses import bind_address
+from ..data.textsafe import clean
 from .dialing import Dialing, LanDial
 from .guard import ConnectionGuard, GuardedSite, GuardLimits, quiet_accept_errors
 from .handshake import KIND_MESSAGE, HandshakeError, LocalInfo

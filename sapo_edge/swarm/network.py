@@ -13,8 +13,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from sapo_edge.rollout import RolloutError, decode_batch
-
+from ..data.rollout import RolloutError, decode_batch
 from .admission import Admissions, serve_admission
 from .batches import make_rollouts, seal
 from .guard import GuardLimits

@@ -11,8 +11,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sapo_edge.textsafe import clean
-
+from ..data.textsafe import clean
 from .identity import name_for_id
 from .peers import PeerInfo
 from .protocol import Auth

@@ -14,8 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sapo_edge.safejson import JsonError, dumps_canonical, loads_strict
-
+from ..data.safejson import JsonError, dumps_canonical, loads_strict
 from .identity import Identity, node_id_for_key
 
 PROTOCOL_VERSION = 3  # 3: a round's stats may say its share in tags and strict reward

@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sapo_edge.safejson import dumps_canonical
-
+from ..data.safejson import dumps_canonical
 from .identity import Identity
 from .progress import MAX_PROGRESS_BYTES, Progress
 from .protocol import (  # MAX_REWARD: a round's figures and a progress's scored round alike

@@ -24,11 +24,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Footer, RichLog
 
-from ..config import Config
-from ..control import RunControl
-from ..stopping import exit_code, stop_signals
-from ..summary import exit_summary
-from ..textsafe import clean
+from ..config.settings import Config
+from ..data.textsafe import clean
+from ..run.control import RunControl
+from ..run.remedies import explain
+from ..run.stopping import exit_code, stop_signals
+from ..run.summary import exit_summary
 from .bridge import NO_PEERS_TITLE, TuiCallback
 from .messages import (
     LogLine,
@@ -47,7 +48,6 @@ from .messages import (
     RunEnded,
     SettingsApplied,
 )
-from .remedies import explain
 from .screens.help import HelpScreen
 from .screens.settings import SettingsScreen
 from .widgets.header import NodeHeader
@@ -67,7 +67,7 @@ SAVE_WAIT, TEARDOWN_WAIT = 300.0, 5.0
 
 
 def _run_single(cfg: Config, callback: Any, log: Callable[[str], None], control: RunControl) -> Any:
-    from ..runner import run_single  # torch loads here, on the worker thread
+    from ..run.runner import run_single  # torch loads here, on the worker thread
 
     return run_single(cfg, callback, log, control)
 

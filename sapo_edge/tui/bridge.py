@@ -14,8 +14,8 @@ from typing import Any
 
 from textual.message import Message
 
-from ..aha import aha_flags, best
 from ..events import RunEvents
+from ..rl.aha import aha_flags, best
 from ..swarm.peers import peer_snapshot
 from .messages import (
     LogLine,

@@ -25,9 +25,9 @@ from textual.widgets import Footer, RichLog, Static
 
 from ..classroom.board_rows import ClassSnapshot
 from ..classroom.code import big_text
-from ..control import RunControl
+from ..data.textsafe import clean
 from ..events import RunEvents
-from ..textsafe import clean
+from ..run.control import RunControl
 from .widgets.class_widgets import ClassChart, JoinPanel, LearnedMatrix, MembersTable
 
 
@@ -176,7 +176,7 @@ class ClassView(App[str]):
             self.host.train(_OwnCallback(post), lambda t: post(ClassLog(t)), self.control)
             post(OwnStatus("stopped" if self.control.stop_requested() else "done"))
         except Exception as e:  # noqa: BLE001 - shown; the class goes on without this laptop
-            from .remedies import explain
+            from ..run.remedies import explain
 
             title, remedy = explain(e, str(self.host.out_dir))
             post(OwnStatus(f"stopped: {clean(title, 80)}"))
@@ -326,7 +326,7 @@ def run_class_view(host: Any) -> int:
     """`sapo-edge host` in a terminal: the class view until q (or a stop signal); then, with the
     terminal restored, the class report and where it is."""
     from ..classroom.report import end_of_class
-    from ..stopping import exit_code, stop_signals
+    from ..run.stopping import exit_code, stop_signals
 
     app = ClassView(host)
     with stop_signals(app.stop_from_signal) as received:

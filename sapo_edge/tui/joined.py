@@ -18,7 +18,7 @@ def run_join_dashboard(joined: Joined) -> int:
     done = threading.Event()  # all this laptop's rounds are done (its dashboard stays on)
 
     def run(cfg: Any, callback: Any, log: Any, control: Any) -> Any:
-        from ..runner import run_single
+        from ..run.runner import run_single
 
         for note in joined.notes:
             log(f"room: {note}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rewards import extract_tagged
+from ..rl.rewards import extract_tagged
 
 RESTART = "quit (q) and run the command printed on exit with"
 

@@ -21,7 +21,7 @@ from ...classroom.board_rows import (
     is_final,
     row_marks,
 )
-from ...textsafe import clean, short_name
+from ...data.textsafe import clean, short_name
 from .keyed_table import KeyedTable
 from .tables import ago
 

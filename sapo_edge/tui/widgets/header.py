@@ -7,7 +7,7 @@ import dataclasses
 from rich.text import Text
 from textual.widgets import Static
 
-from ...textsafe import clean
+from ...data.textsafe import clean
 from ..messages import NodeStarted
 
 

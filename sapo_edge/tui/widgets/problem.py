@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...textsafe import clean
+from ...data.textsafe import clean
 from ..messages import Problem
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...textsafe import clean
+from ...data.textsafe import clean
 from ..messages import Rollout
 
 KEEP = 40

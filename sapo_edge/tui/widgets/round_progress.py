@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 
-from ...textsafe import clean
+from ...data.textsafe import clean
 from ..eta import RoundClock, duration
 from ..messages import PhaseProgress, PhaseStarted, RoundDone
 

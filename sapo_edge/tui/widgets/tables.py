@@ -7,8 +7,8 @@ import statistics
 from rich.text import Text
 from textual.widgets import DataTable
 
+from ...data.textsafe import clean, short_name
 from ...swarm.peers import PeerInfo
-from ...textsafe import clean, short_name
 
 SPAN = 5  # rounds in "first" and "recent"
 

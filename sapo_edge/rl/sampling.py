@@ -1,0 +1,388 @@
+"""The SAPO I/J mix: which own groups to publish (SelectSubset), I own groups (SampleSelf) and
+J external groups re-scored by this node's verifier (SampleExternal, via ExternalPool).
+
+The pool's state (groups waiting, ids seen, counters) goes into checkpoints, and a round that is
+stopped before its training step gives back the groups it took, so a resumed run uses the same.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sapo_edge.backends.base import Completion
+
+from ..data.rollout import RolloutError, RolloutGroup
+from ..data.tasks import TaskRef
+from .advantages import group_advantages, is_informative
+
+SUBSET_POLICIES = ("all", "informative", "none")
+PREFER_TRIES = 4  # preferred groups re-scored at most per preferred slot (targeted sampling)
+
+
+@dataclass
+class ScoredGroup:
+    """A group ready for training; rewards come from THIS node's verifier."""
+
+    group_id: str
+    task_ref: TaskRef
+    question: str
+    completions: list[str]
+    rewards: list[float]
+    origin: str  # "self" or the producer's node id
+    advantages: list[float]
+    # the completions as they are trained (ids, end token); completions[i] == tokens[i].text
+    tokens: list[Completion] | None = None
+
+
+def scored(
+    group_id: str,
+    task_ref: TaskRef,
+    question: str,
+    completions: list[str],
+    rewards: list[float],
+    origin: str,
+    scale: bool = True,
+    tokens: list[Completion] | None = None,
+) -> ScoredGroup:
+    """Build a ScoredGroup and fill its group-relative advantages (scale=False: Dr. GRPO).
+    With tokens, each completion's text must be its tokens' text: the reward belongs to them."""
+    if len(completions) != len(rewards):
+        raise ValueError(
+            f"got {len(completions)} completions but {len(rewards)} rewards; score every completion once."
+        )
+    if tokens is not None and [c.text for c in tokens] != list(completions):
+        raise ValueError(
+            "the texts scored are not the texts of the tokens to train; score Completion.text."
+        )
+    rs = [float(r) for r in rewards]
+    return ScoredGroup(
+        group_id,
+        task_ref,
+        question,
+        list(completions),
+        rs,
+        origin,
+        group_advantages(rs, scale=scale),
+        None if tokens is None else list(tokens),
+    )
+
+
+def select_subset(
+    groups: list[RolloutGroup], policy: str, max_count: int, rng: random.Random
+) -> list[RolloutGroup]:
+    """SelectSubset: this round's own groups to publish. policy "all" | "informative" | "none";
+    max_count 0 means no cap, otherwise a uniform random subset of at most that size (order kept).
+    """
+    if policy not in SUBSET_POLICIES:
+        raise ValueError(
+            f"unknown share policy {policy!r}; use one of {', '.join(SUBSET_POLICIES)}."
+        )
+    if max_count < 0:
+        raise ValueError(f"max_count is {max_count}; use 0 for no cap or a positive number.")
+    if policy == "none":
+        return []
+    chosen = [g for g in groups if policy == "all" or is_informative(g.rewards)]
+    if max_count and len(chosen) > max_count:
+        keep = sorted(rng.sample(range(len(chosen)), max_count))
+        chosen = [chosen[i] for i in keep]
+    return chosen
+
+
+def sample_self(groups: list[ScoredGroup], count: int, rng: random.Random) -> list[ScoredGroup]:
+    """SampleSelf: drop zero-advantage groups, then draw up to `count` uniformly without replacement."""
+    if count < 0:
+        raise ValueError(f"count is {count}; ask for zero or more groups.")
+    eligible = [g for g in groups if is_informative(g.rewards)]
+    return rng.sample(eligible, min(count, len(eligible)))
+
+
+@dataclass
+class _Entry:
+    group: RolloutGroup
+    received_round: int  # this node's round when the group arrived
+    size: int = 0  # characters of text it holds (what bounds the pool's memory)
+
+
+def _text_size(g: RolloutGroup) -> int:
+    return len(g.question) + len(g.reference_answer or "") + sum(len(c) for c in g.completions)
+
+
+class ExternalPool:
+    """Groups received from peers, waiting to be sampled. Thread-safe: the network thread adds,
+    the training thread samples. Every group is used at most once and accepted at most once.
+    """
+
+    COUNTERS = (
+        "added",
+        "own",
+        "duplicate",
+        "evicted",
+        "stale",
+        "rescore_failed",
+        "zero_advantage",
+        "used",
+    )
+
+    def __init__(
+        self,
+        self_id: str,
+        capacity: int = 2048,
+        freshness_rounds: int = 5,
+        max_peer_share: float = 1.0,
+        max_age_rounds: int | None = None,
+        max_chars: int = 128 << 20,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"pool capacity is {capacity}; it must hold at least one group.")
+        if freshness_rounds < 0:
+            raise ValueError(f"freshness_rounds is {freshness_rounds}; use 0 or more rounds.")
+        if not 0.0 < max_peer_share <= 1.0:
+            raise ValueError(f"max_peer_share is {max_peer_share}; use a fraction in (0, 1].")
+        self.self_id = self_id
+        self.capacity = capacity
+        self.freshness_rounds = freshness_rounds
+        self.max_age_rounds = 4 * freshness_rounds if max_age_rounds is None else max_age_rounds
+        self.max_peer_share = max_peer_share
+        self._lock = threading.Lock()
+        self._pool: OrderedDict[str, _Entry] = OrderedDict()  # arrival order: oldest first
+        self._seen: dict[str, None] = {}  # ordered set of accepted ids, bounded
+        self._seen_capacity = 8 * capacity
+        self._counts: dict[str, int] = dict.fromkeys(self.COUNTERS, 0)
+        # bounded by text size too; when full, the producer holding the most text loses its
+        # oldest group, so free identities flooding big groups cannot push out an honest peer
+        self.max_chars = max_chars
+        self._chars: dict[str, int] = {}  # producer -> characters held
+        self.last_targeted = 0  # groups the latest sample() took for being preferred
+
+    def add(self, group: RolloutGroup, local_round: int) -> bool:
+        """Keep a peer's group; False (and counted) for own groups and ids seen before."""
+        gid = group.group_id
+        with self._lock:
+            if group.producer == self.self_id:
+                self._counts["own"] += 1
+                return False
+            if gid in self._seen:
+                self._counts["duplicate"] += 1
+                return False
+            self._seen[gid] = None
+            if len(self._seen) > self._seen_capacity:
+                del self._seen[next(iter(self._seen))]
+            entry = self._pool[gid] = _Entry(group, local_round, _text_size(group))
+            self._chars[group.producer] = self._chars.get(group.producer, 0) + entry.size
+            self._counts["added"] += 1
+            while len(self._pool) > 1 and (
+                len(self._pool) > self.capacity or sum(self._chars.values()) > self.max_chars
+            ):
+                top = max(self._chars, key=lambda p: (self._chars[p], p))
+                self._drop(next(g for g, e in self._pool.items() if e.group.producer == top))
+                self._counts["evicted"] += 1
+            return True
+
+    def _drop(self, gid: str) -> _Entry:
+        """Remove one group from the pool (the lock is held)."""
+        entry = self._pool.pop(gid)
+        left = self._chars.get(entry.group.producer, 0) - entry.size
+        if left > 0:
+            self._chars[entry.group.producer] = left
+        else:
+            self._chars.pop(entry.group.producer, None)
+        return entry
+
+    def _recount(self) -> None:
+        """Characters held per producer, recomputed from the pool (the lock is held)."""
+        self._chars = {}
+        for e in self._pool.values():
+            self._chars[e.group.producer] = self._chars.get(e.group.producer, 0) + e.size
+
+    def reject(self, reason: str, n: int = 1) -> None:
+        """Count a rejection (or other event) decided elsewhere, e.g. a decode error's reason code."""
+        with self._lock:
+            self._counts[reason] = self._counts.get(reason, 0) + n
+
+    # ------------------------------------------------------------------- round undo, checkpoints
+    def snapshot(self) -> tuple:
+        """The pool as it is now, for restore() when a round stops before training. The trainer
+        takes it after receiving and before sampling; nothing adds to the pool in between."""
+        with self._lock:
+            return OrderedDict(self._pool), dict(self._seen), dict(self._counts)
+
+    def restore(self, snap: tuple) -> None:
+        """Back to a snapshot(): the groups a stopped round took are waiting again, in order."""
+        pool, seen, counts = snap
+        with self._lock:
+            self._pool, self._seen, self._counts = OrderedDict(pool), dict(seen), dict(counts)
+            self._recount()
+
+    def state_dict(self) -> dict:
+        """Plain JSON for a checkpoint: the groups waiting (with their arrival round), ids seen and
+        counters, so a resumed node samples exactly what it would have sampled."""
+        with self._lock:
+            return {
+                "version": 1,
+                "entries": [[e.group.to_dict(), e.received_round] for e in self._pool.values()],
+                "seen": list(self._seen),
+                "counts": dict(self._counts),
+            }
+
+    def load_state_dict(self, d: dict) -> int:
+        """Restore state_dict(); groups that no longer validate (an older format) are left out.
+        Returns how many were left out."""
+        if not isinstance(d, dict) or d.get("version") != 1:
+            raise ValueError("the rollout pool's saved state is not one this version can read.")
+        pool: OrderedDict[str, _Entry] = OrderedDict()
+        dropped = 0
+        for group, received in d.get("entries", []):
+            try:
+                g = RolloutGroup.from_dict(group)
+            except RolloutError:
+                dropped += 1
+                continue
+            pool[g.group_id] = _Entry(g, int(received), _text_size(g))
+        with self._lock:
+            self._pool = pool
+            self._recount()
+            self._seen = dict.fromkeys(str(x) for x in d.get("seen", []))
+            self._counts = {**dict.fromkeys(self.COUNTERS, 0), **d.get("counts", {})}
+        return dropped
+
+    def sample(
+        self,
+        count: int,
+        local_round: int,
+        rescore: Callable[[RolloutGroup], ScoredGroup | None],
+        rng: random.Random,
+        prefer: Callable[[RolloutGroup], Any] | None = None,
+        prefer_max: int = 0,
+    ) -> list[ScoredGroup]:
+        """SampleExternal: up to `count` unused groups, fresh ones first, uniform within each tier.
+
+        `rescore` regenerates the task and scores the completions with this node's verifier;
+        it returns None (or raises ValueError, e.g. TaskError) to reject a group. Groups whose
+        re-scored rewards are all alike are dropped. At most max(1, floor(max_peer_share*count))
+        groups come from any one producer; the rest stay in the pool for later rounds.
+
+        With `prefer` (targeted sampling, sapo_edge/rl/targeting.py): first up to `prefer_max`
+        groups in the order of prefer(group), a sort key or None for groups not preferred (ties
+        in the uniform order), trying at most PREFER_TRIES per slot; then the uniform draw
+        fills the rest. `last_targeted` says how many were taken for being preferred. With no
+        group preferred the draw is exactly the uniform one.
+        """
+        self.last_targeted = 0
+        if count <= 0:
+            return []
+        with self._lock:
+            for gid in [
+                g
+                for g, e in self._pool.items()
+                if local_round - e.received_round > self.max_age_rounds
+            ]:
+                self._drop(gid)
+                self._counts["stale"] += 1
+            fresh = [
+                g
+                for g, e in self._pool.items()
+                if local_round - e.received_round <= self.freshness_rounds
+            ]
+            older = [
+                g
+                for g, e in self._pool.items()
+                if local_round - e.received_round > self.freshness_rounds
+            ]
+        rng.shuffle(fresh)
+        rng.shuffle(older)
+        order = fresh + older
+
+        per_peer_cap = max(1, int(self.max_peer_share * count))
+        per_peer: dict[str, int] = {}
+        out: list[ScoredGroup] = []
+        if prefer is not None and prefer_max > 0:
+            with self._lock:
+                keyed = [
+                    ((key, pos >= len(fresh)), gid)  # fresh first among equally wanted
+                    for pos, gid in enumerate(order)
+                    if gid in self._pool  # (the network thread may have evicted it)
+                    and (key := prefer(self._pool[gid].group)) is not None
+                ]
+            # ties in an order of their own: taking the first wanted groups of `order` would
+            # leave the rest of them late in it, and the uniform draw below would favour others
+            if keyed:
+                rng.shuffle(keyed)
+                keyed.sort(key=lambda kg: kg[0])
+            tries = 0
+            for _, gid in keyed:
+                if min(prefer_max, count) <= len(out) or tries >= PREFER_TRIES * prefer_max:
+                    break
+                got, tried = self._take(gid, rescore, per_peer, per_peer_cap)
+                tries += tried
+                if got is not None:
+                    out.append(got)
+            self.last_targeted = len(out)
+            if out:
+                with self._lock:
+                    self._counts["targeted"] = self._counts.get("targeted", 0) + len(out)
+        for gid in order:
+            if len(out) >= count:
+                break
+            got, _ = self._take(gid, rescore, per_peer, per_peer_cap)
+            if got is not None:
+                out.append(got)
+        return out
+
+    def _take(
+        self,
+        gid: str,
+        rescore: Callable[[RolloutGroup], ScoredGroup | None],
+        per_peer: dict[str, int],
+        per_peer_cap: int,
+    ) -> tuple[ScoredGroup | None, bool]:
+        """Claim one group and re-score it: (the group to train or None, whether it was tried).
+        A claimed group leaves the pool whatever its score."""
+        with self._lock:
+            entry = self._pool.get(gid)
+            if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
+                return None, False
+            self._drop(gid)
+        try:
+            sg = rescore(entry.group)  # outside the lock: regenerating a task may be slow
+        except ValueError:
+            sg = None
+        reason = (
+            "rescore_failed"
+            if sg is None
+            else "zero_advantage"
+            if not is_informative(sg.rewards)
+            else "used"
+        )
+        with self._lock:
+            self._counts[reason] += 1
+        if sg is None or reason != "used":
+            return None, True
+        per_peer[entry.group.producer] = per_peer.get(entry.group.producer, 0) + 1
+        return sg, True
+
+    def fillable(self, count: int, local_round: int) -> int:
+        """At most how many groups sample(count, local_round, ...) could return: the groups not
+        too old to use, at most max(1, floor(max_peer_share*count)) from one producer (before
+        re-scoring, which may reject some)."""
+        if count <= 0:
+            return 0
+        cap = max(1, int(self.max_peer_share * count))
+        per_peer: dict[str, int] = {}
+        with self._lock:
+            for e in self._pool.values():
+                if local_round - e.received_round <= self.max_age_rounds:
+                    per_peer[e.group.producer] = per_peer.get(e.group.producer, 0) + 1
+        return min(count, sum(min(n, cap) for n in per_peer.values()))
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {**self._counts, "size": len(self._pool)}
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pool)
