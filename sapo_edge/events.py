@@ -14,6 +14,7 @@ from typing import Any
 HOOKS = (
     "on_round",
     "on_message",
+    "on_notice",
     "on_phase",
     "on_progress",
     "on_scored",
@@ -29,6 +30,11 @@ class RunEvents:
 
     def on_message(self, node: str, text: str) -> None:
         """A line for people about node `node` (its name)."""
+
+    def on_notice(self, node: str, text: str) -> None:
+        """A line the person at the screen should see now (a save, settings that took effect or
+        were refused, an open room, a class's note). It is in the run's log already; a watcher
+        with a screen may also pop it up (the dashboard's toast), so none reads log words."""
 
     def on_phase(self, node: Any, phase: str) -> None:
         """A new phase of the node's round starts (trainer.PHASES)."""
@@ -61,6 +67,9 @@ class Forward(RunEvents):
 
     def on_message(self, node: str, text: str) -> None:
         self.inner.on_message(node, text)
+
+    def on_notice(self, node: str, text: str) -> None:
+        self.inner.on_notice(node, text)
 
     def on_phase(self, node: Any, phase: str) -> None:
         self.inner.on_phase(node, phase)

@@ -268,3 +268,9 @@ def test_the_demo_config_loads() -> None:
     cfg = Config.load(EXAMPLES / "demo.toml")
     assert cfg.model == "smollm2-135m" and cfg.domains == {"basic_arithmetic": 1.0}
     assert cfg.domain_configs["basic_arithmetic"]["operators"] == ["+"]
+
+
+def test_a_node_goes_by_its_name_flag_else_its_identity_s():
+    """run, join and host name their node one way (issue 46: no default-name trick each)."""
+    assert Config().node_name("keen-lemur") == "keen-lemur"
+    assert Config(name="anna").node_name("keen-lemur") == "anna"

@@ -6,6 +6,7 @@ import threading
 
 from scripted import make_cfg, make_node
 
+from sapo_edge.events import RunEvents
 from sapo_edge.rl.metrics import read_rewards
 from sapo_edge.run.control import RunControl, run_rounds
 from sapo_edge.swarm.peers import PeerInfo, PeerTally, peer_snapshot
@@ -93,6 +94,36 @@ def test_settings_apply_from_the_next_round_and_bad_ones_are_refused(tmp_path):
     run_rounds(node, 2, control, logs.append)
     assert node.cfg.local_samples == 2
     assert any(m.startswith("settings not applied") and "local_samples" in m for m in logs)
+
+
+class Notices(RunEvents):
+    def __init__(self) -> None:
+        self.notices: list[tuple[str, str]] = []
+
+    def on_notice(self, node: str, text: str) -> None:
+        self.notices.append((node, text))
+
+
+def test_a_save_and_settings_reach_the_watchers_as_notices_as_well_as_the_log(tmp_path):
+    """What the dashboard pops up is a typed event the loop sends, not a log line picked by its
+    first words: each notice is one of the log's lines, about this node."""
+    control = RunControl()
+    node = make_node(make_cfg(tmp_path), "a", NullTransport())
+    watcher = Notices()
+    node.callback = watcher
+    logs: list[str] = []
+    control.update(external_samples=0, room="lab")
+    control.request_save()
+    run_rounds(node, 1, control, logs.append)
+    control.update(local_samples=99)
+    run_rounds(node, 2, control, logs.append)
+    said = [t for _n, t in watcher.notices]
+    assert {n for n, _t in watcher.notices} == {node.cfg.name}
+    assert said == logs  # each notice is in the log too, in order
+    assert any(t.startswith("checkpoint saved: ") for t in said)
+    assert any(t.startswith("settings applied from this round: external_samples=0") for t in said)
+    assert any(t.startswith("room: this node's transport") and "restart" in t for t in said)
+    assert any(t.startswith("settings not applied") and "local_samples" in t for t in said)
 
 
 def test_peer_tally_counts_received_accepted_rejected_per_producer(tmp_path):

@@ -14,6 +14,7 @@ from sapo_edge.run.runner import _NetStatus
 ARGS = {
     "on_round": ("report",),
     "on_message": ("node", "text"),
+    "on_notice": ("node", "checkpoint saved: /runs/x"),
     "on_phase": ("node", "generating"),
     "on_progress": ("node", "training", 1, 2, 3),
     "on_scored": ("node", 0.5),

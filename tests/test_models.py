@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sapo_edge.models.resolve import ModelNotFound, cache_dir, resolve_model
 from sapo_edge.models import resolve as models
+from sapo_edge.models.resolve import ModelNotFound, cache_dir, resolve_model
 
 
 def no_progress(msg: str) -> None:

@@ -74,6 +74,10 @@ def test_a_networked_node_reports_every_phase_to_its_callback(tiny_qwen, tmp_pat
         def on_phase(self, node, phase: str) -> None:
             seen.append(phase)
 
+        def on_notice(self, node: str, text: str) -> None:
+            notices.append(text)
+
+    notices: list[str] = []
     cfg = Config(
         model=str(tiny_qwen),
         rounds=1,
@@ -90,6 +94,10 @@ def test_a_networked_node_reports_every_phase_to_its_callback(tiny_qwen, tmp_pat
     run_single(cfg, callback=Recorder(), log=lambda _m: None)
     assert seen[:5] == ["sampling", "generating", "scoring", "sharing", "training"]
     assert "round" in seen
+    # an open room is said to the person at the screen now (the dashboard's toast), not only
+    # logged; the end-of-run save too
+    assert notices[0].startswith("room 'default' is open: anyone who knows its name can join")
+    assert notices[-1].startswith("checkpoint saved: ")
 
 
 # --- secrets (issue 12: finding 11 and the low ones) -------------------------------------------

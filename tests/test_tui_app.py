@@ -14,7 +14,15 @@ import pytest
 from sapo_edge.config.settings import Config
 from sapo_edge.run.control import RunControl
 from sapo_edge.tui.app import SapoDashboard
-from sapo_edge.tui.messages import LogLine, NothingTrained, PhaseProgress, PhaseStarted, RoundDone
+from sapo_edge.tui.bridge import TuiCallback
+from sapo_edge.tui.messages import (
+    LogLine,
+    NothingTrained,
+    Notice,
+    PhaseProgress,
+    PhaseStarted,
+    RoundDone,
+)
 from sapo_edge.tui.widgets.header import NodeHeader
 from sapo_edge.tui.widgets.idle_round import IdleRound
 from sapo_edge.tui.widgets.problem import ProblemBanner
@@ -427,3 +435,29 @@ def test_a_resumed_run_s_chart_starts_from_its_earlier_rounds(tmp_path):
             assert chart.rounds == [1, 2, 3, 4] and chart.rewards[-1] == 0.4
 
     asyncio.run(drive())
+
+
+def test_a_notice_pops_up_and_a_log_line_never_does_whatever_its_words(tmp_path):
+    """Issue 46: the dashboard no longer reads the log's wording. A log line that starts like a
+    save ("checkpoint saved: ...") stays in the log; a Notice (RunEvents.on_notice, sent by
+    the loop, the runner and the join) pops up whatever it says."""
+    app = SapoDashboard(Config(), start=False)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.post_message(LogLine("checkpoint saved: /runs/a/round-000003"))
+            app.post_message(LogLine("room 'lab' is open: anyone who knows its name can join"))
+            await pilot.pause()
+            assert [str(n.message) for n in app._notifications] == []
+            app.post_message(Notice("the class's model differs: rollouts are text"))
+            await pilot.pause()
+            said = [str(n.message) for n in app._notifications]
+            assert said == ["the class's model differs: rollouts are text"]
+
+    asyncio.run(drive())
+
+
+def test_the_bridge_turns_on_notice_into_a_notice(tmp_path):
+    posted = []
+    TuiCallback(posted.append).on_notice("anna", "checkpoint saved: /x")
+    assert [(type(m).__name__, m.text) for m in posted] == [("Notice", "checkpoint saved: /x")]

@@ -16,6 +16,7 @@ from sapo_edge.tui.app import SapoDashboard
 from sapo_edge.tui.messages import (
     LogLine,
     NodeStarted,
+    Notice,
     PeersUpdated,
     Problem,
     Rollout,
@@ -65,7 +66,7 @@ def test_markup_and_escapes_from_peers_and_models_never_reach_the_terminal() -> 
                 PeersUpdated(rows, 0.0, "transport"),
                 RolloutsSeen([Rollout(1, "d", EVIL, f"<answer>{EVIL}</answer>", 1.0, EVIL)]),
                 LogLine(f"node: peer {EVIL} said {EVIL}"),
-                LogLine(f"room {EVIL}"),  # shown as a notification too
+                Notice(f"room {EVIL}"),  # a notification
                 Problem(EVIL, EVIL, fatal=False, detail=EVIL),
             ):
                 app.post_message(m)

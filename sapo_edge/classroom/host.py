@@ -115,8 +115,7 @@ class ClassHost:
             if created:
                 self.log(f"new identity {ident.node_id} saved in {default_identity_path()}")
             hold_identity(default_identity_path())  # a join on this laptop would be it twice
-        default_name = Config.__dataclass_fields__["name"].default
-        name = ident.name if self.cfg.name == default_name else self.cfg.name
+        name = self.cfg.node_name(ident.name)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         key = new_room_key()  # in memory only: never written, never shown
         room = self.cfg.room if self.cfg.room != "default" else "class"

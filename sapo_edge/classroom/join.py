@@ -264,8 +264,7 @@ def join_class(
     if verdict == "warn":
         notes.append(f"memory: {text}")
     keys = room_keys(grant.room, grant.secret)
-    default_name = Config.__dataclass_fields__["name"].default
-    name = identity.name if cfg.name == default_name else cfg.name
+    name = cfg.node_name(identity.name)
     cfg = dataclasses.replace(cfg, room=grant.room, name=name)
     if not cfg.out_dir:  # one folder per class: rejoining continues the same run
         from ..data.paths import runs_dir

@@ -292,6 +292,11 @@ class Config:
         validate(self)
 
     # --------------------------------------------------------------------------------------
+    def node_name(self, identity_name: str) -> str:
+        """The name a networked node goes by: --name when one was given, else its identity's
+        (run, join and host all name their node so)."""
+        return identity_name if self.name == DEFAULT_NAME else self.name
+
     def micro_batch(self, device: str) -> int:
         """micro_batch_size, or for 0 (auto) 1 on the CPU (torch's or MLX's) and 4 on a GPU,
         where bigger passes use the hardware better."""
@@ -378,3 +383,6 @@ def _coerce(key: str, value: Any, type_name: Any, source: str) -> Any:
             f"{source}: {key} should be {want.__name__}, got {type(value).__name__} {value!r}."
         )
     return value
+
+
+DEFAULT_NAME = Config.__dataclass_fields__["name"].default  # "node": no --name given

@@ -85,7 +85,7 @@ class RunControl:
             if pending:
                 apply_settings(node, pending, log)
             if save:
-                log(f"checkpoint saved: {node.save()}")
+                tell(node, log, f"checkpoint saved: {node.save()}")
             with self._cond:
                 if self._stop:
                     if self.parked.is_set():
@@ -115,6 +115,13 @@ LEARN_ROUNDS = 3
 NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen", "solo"})
 
 
+def tell(node: Any, log: Callable[[str], None], text: str) -> None:
+    """A line for the run's log that the person at the screen should also see now: the node's
+    watchers hear it as a notice (the dashboard pops it up; nothing reads the log's words)."""
+    log(text)
+    events(getattr(node, "callback", None)).on_notice(node.cfg.name, text)
+
+
 def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
     """Apply new settings to a node from its next round: Node.configure hands them to the
     trainer, the reward, the peer pool and the backend (learning rate, temperature...); a bad
@@ -127,11 +134,13 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
         try:
             node.configure(known)
         except ConfigError as e:
-            log(f"settings not applied: {e}")
+            tell(node, log, f"settings not applied: {e}")
         else:
-            log(
+            tell(
+                node,
+                log,
                 "settings applied from this round: "
-                + ", ".join(f"{k}={v}" for k, v in known.items())
+                + ", ".join(f"{k}={v}" for k, v in known.items()),
             )
             node.cfg.save(node.out_dir / "config.json")  # a resumed run keeps them
             events(getattr(node, "callback", None)).on_settings(node, dict(known))
@@ -139,11 +148,14 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
         reconfigure = getattr(node.transport, "reconfigure", None)
         if callable(reconfigure):
             reconfigure(**other)
-            log("network settings applied: " + ", ".join(f"{k}={v}" for k, v in other.items()))
+            applied = ", ".join(f"{k}={v}" for k, v in other.items())
+            tell(node, log, "network settings applied: " + applied)
         else:
-            log(
+            tell(
+                node,
+                log,
                 f"{', '.join(other)}: this node's transport ({node.transport.describe()}) cannot "
-                "switch while running; restart sapo-edge with the new setting."
+                "switch while running; restart sapo-edge with the new setting.",
             )
 
 
@@ -210,5 +222,5 @@ def save_newest(node: Any, log: Callable[[str], None]) -> Any:
     if node.round == 0:
         return None
     path = node.save()
-    log(f"checkpoint saved: {path}")
+    tell(node, log, f"checkpoint saved: {path}")
     return path

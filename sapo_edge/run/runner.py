@@ -17,7 +17,7 @@ from typing import Any
 from ..backends import accelerator_memory, load_backend, select_backend
 from ..config.settings import Config, ConfigError
 from ..data.task_sampler import TaskSampler
-from ..events import Forward
+from ..events import Forward, events
 from ..events import RunEvents as Callback
 from ..machine.fit import check_memory
 from ..models.resolve import resolve_model
@@ -205,8 +205,7 @@ def _build_networked(
     ident, created = load_or_create() if transport is None else (transport.ident, False)
     if created:
         log(f"new identity {ident.node_id} saved in {default_identity_path()}")
-    default_name = Config.__dataclass_fields__["name"].default
-    name = ident.name if cfg.name == default_name else cfg.name
+    name = cfg.node_name(ident.name)
     if transport is not None:
         name = transport.name
     else:
@@ -222,6 +221,10 @@ def _build_networked(
             name=name,
             log=log,
         )
+    if transport.keys.is_open:  # the log has the line; the person at the screen sees it now
+        from ..swarm.roomkey import describe_room
+
+        events(callback).on_notice(name, describe_room(transport.keys))
     status = _NetStatus(callback, transport)
     (node,) = build_nodes(cfg, [name], lambda _id: transport, status, log, lambda _n: ident.node_id)
     transport.model = node.model_id

@@ -15,11 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config.settings import Config, ConfigError
+from ..config.settings import DEFAULT_NAME, Config, ConfigError
 from ..data.paths import identity_path, runs_dir
 from ..rl.checkpoints import list_checkpoints
-
-DEFAULT_NAME = Config.__dataclass_fields__["name"].default
 
 
 def node_names(cfg: Config, command: str) -> list[str]:

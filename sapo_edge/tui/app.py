@@ -35,6 +35,7 @@ from .messages import (
     LogLine,
     NodeStarted,
     NothingTrained,
+    Notice,
     Parked,
     PathChanged,
     PeersUpdated,
@@ -58,7 +59,6 @@ from .widgets.rollouts import RolloutFeed
 from .widgets.round_progress import RoundProgress
 from .widgets.tables import DomainTable, PeersTable
 
-NOTIFY_PREFIXES = ("checkpoint saved", "settings", "network settings", "room", "relay")
 FORCE_AFTER = 3  # the third q (or second stop signal) quits without waiting for the save
 # After a stop signal: how long the training thread may take to stop and save, then how long the
 # terminal teardown may take (after a hangup Textual can block writing to a terminal that is
@@ -204,9 +204,10 @@ class SapoDashboard(App[str]):
     def on_log_line(self, m: LogLine) -> None:
         self.query_one(RichLog).write(Text(clean(m.text, keep_newlines=True)))
         self.query_one(RoundProgress).setup_text(m.text)
-        body = m.text.split(": ", 1)[-1] if m.text.startswith(self.cfg.name) else m.text
-        if body.startswith(NOTIFY_PREFIXES):
-            self.notify(clean(body, 300), timeout=6, markup=False)
+
+    def on_notice(self, m: Notice) -> None:
+        """A line the run asked to pop up (RunEvents.on_notice), not one picked by its words."""
+        self.notify(clean(m.text, 300), timeout=6, markup=False)
 
     def on_settings_applied(self, _m: SettingsApplied) -> None:
         self.query_one(NodeHeader).set_samples(

@@ -21,6 +21,7 @@ from .messages import (
     LogLine,
     NodeStarted,
     NothingTrained,
+    Notice,
     PeersUpdated,
     PhaseProgress,
     PhaseStarted,
@@ -118,6 +119,9 @@ class TuiCallback(RunEvents):
 
     def on_message(self, node: str, text: str) -> None:
         self.post(LogLine(f"{node}: {text}"))
+
+    def on_notice(self, node: str, text: str) -> None:
+        self.post(Notice(text))
 
     # ---------------------------------------------------------------------------- helpers
     def _maybe_warn_no_peers(self, node: Any, round_: int) -> None:

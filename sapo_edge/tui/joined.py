@@ -22,6 +22,7 @@ def run_join_dashboard(joined: Joined) -> int:
 
         for note in joined.notes:
             log(f"room: {note}")
+            callback.on_notice(cfg.name, f"room: {note}")
         joined.start_network()  # the class sees this laptop while its model loads
 
         def class_ended() -> None:  # on the network thread: a banner and a log line

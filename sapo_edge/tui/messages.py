@@ -113,6 +113,13 @@ class LogLine(Message):
 
 
 @dataclass
+class Notice(Message):
+    """A line to pop up now (RunEvents.on_notice): it reached the log as a LogLine already."""
+
+    text: str
+
+
+@dataclass
 class SettingsApplied(Message):
     """Settings changed during the run took effect (RunEvents.on_settings)."""
 
