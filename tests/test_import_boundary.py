@@ -333,3 +333,15 @@ def test_no_circle_among_the_scripts(folder):
     graph = script_graph(PACKAGE.parent / folder)
     assert any(graph.values())  # the walk really finds the scripts' imports of each other
     assert import_cycles(graph) == [], "\n".join(a_circle(graph, g) for g in import_cycles(graph))
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines():
+    """A module past 400 lines holds more than one idea (issue 46): cut it where the ideas part."""
+    sizes = {
+        p.relative_to(PACKAGE): len(p.read_text(encoding="utf-8").splitlines()) for p in modules()
+    }
+    assert max(sizes.values()) > 300  # the count really reads the files
+    assert {str(p): n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
