@@ -9,7 +9,9 @@ import dataclasses
 import json
 import time
 
+import pytest
 from swarm_util import (
+    FAST,
     KEYS,
     WAIT,
     Client,
@@ -26,6 +28,7 @@ from sapo_edge.data.rollout import encode_batch
 from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.handshake import HandshakeError
 from sapo_edge.swarm.identity import Identity
+from sapo_edge.swarm.network import NetworkTransport
 from sapo_edge.swarm.peer import Closed
 from sapo_edge.swarm.protocol import make_bye, make_hello, new_nonce, parse_message
 from sapo_edge.swarm.roomkey import new_room_key
@@ -244,3 +247,14 @@ def test_a_peer_that_never_answers_pings_is_dropped(nodes) -> None:
     asyncio.run(go())
     assert node.wait_for(lambda: me.node_id not in node.connected(), 5)
     assert node.rejections(me.node_id)["no_pong"] == 1
+
+
+def test_a_start_that_failed_is_tried_again_and_says_why_again() -> None:
+    """`join` starts its network before the model loads and the run starts it again: a first
+    start that failed (here: an address not on this machine) must not leave the second one
+    returning as if it had started (issue 46: join.py reset a private field to get this)."""
+    t = NetworkTransport(Identity.generate(), **{**FAST, "listen": "192.0.2.1:0"})
+    for _ in range(2):
+        with pytest.raises(OSError):
+            t.start(timeout=10)
+    t.close()

@@ -182,7 +182,6 @@ class Joined:
         try:
             self.transport.start()
         except Exception:  # noqa: BLE001 - run_single starts it again and reports the error
-            self.transport._thread = None
             return
         self.transport.publish_progress(
             Progress(
