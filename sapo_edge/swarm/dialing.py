@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from ..data.addresses import split_host
 from .handshake import HandshakeError, LocalInfo
 from .handshake import handshake as run_handshake
 from .identity import Identity
@@ -241,7 +242,7 @@ class Dialing:
         url = target if "://" in target else f"ws://{target}"
         if not url.rstrip("/").endswith("/ws"):
             url = url.rstrip("/") + "/ws"
-        host = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+        host, _port = split_host(url.split("://", 1)[1].split("/", 1)[0])
         addr = f"ip:{host}"
         relay = via == "relay"
         assert self._session is not None
