@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ..config.settings import Config, ConfigError
 from ..data.addresses import bind_address
+from ..run.network import network_for
 from ..swarm.admission import Admissions, Grant
 from ..swarm.identity import Identity
 from ..swarm.nats_room import is_nats_url, room_subjects
@@ -60,13 +61,9 @@ class LogSink:
 
 
 class _HostTransport(NetworkTransport):
-    """The host's node: started before its model loads (students can link at once) and kept
-    open when its own training ends (the class goes on); close(final=True) ends it."""
-
-    def start(self, timeout: float = 30.0):
-        if self._thread is None:
-            super().start(timeout)
-        return self
+    """The host's node: started before its model loads (students can link at once; the run's
+    start() then does nothing) and kept open when its own training ends (the class goes on);
+    close(final=True) ends it."""
 
     def close(self, timeout: float = 10.0, *, final: bool = False) -> None:
         if final:
@@ -140,20 +137,18 @@ class ClassHost:
             log=self.log,
         ).start()
         relay_url = self.cfg.relay or f"ws://127.0.0.1:{self.services.relay_port}"
-        self.transport = _HostTransport(
+        self.transport = network_for(
+            self.cfg,
             ident,
+            name=name,
+            log=self.log,
+            kind=_HostTransport,
             room=room,
             secret=key,
-            listen=self.cfg.listen,
-            peers=self.cfg.peer,
             relay=relay_url,
-            max_inbound_groups=self.cfg.max_inbound_groups,
-            mdns=self.cfg.mdns,
             mdns_interfaces=self.opts.mdns_interfaces,
             model=self.cfg.model,
-            name=name,
             admissions=None if own_relay else self.admissions,
-            log=self.log,
         )
         self.board = ClassBoard(
             self.out_dir / CLASS_FILE,

@@ -17,6 +17,7 @@ from typing import Any
 from ..config.model_name import model_name
 from ..config.settings import Config, ConfigError
 from ..data.textsafe import clean
+from ..run.network import network_for
 from ..swarm.admission import AdmissionError, Grant, join_room
 from ..swarm.identity import Identity
 from ..swarm.network import NetworkTransport
@@ -276,20 +277,17 @@ def join_class(
         cfg = dataclasses.replace(cfg, resume=True)
         notes.append(f"rejoining: continuing this laptop's run in {Path(cfg.out_dir) / name}")
     relay = grant.relay or (f"ws://{code.host}:{invite.relay_port}" if invite.relay_port else "")
-    transport = NetworkTransport(
+    transport = network_for(
+        cfg,
         identity,
-        room=grant.room,
+        name=name,
+        log=log,
         secret=grant.secret,
-        listen=cfg.listen,
         peers=[f"{code.host}:{invite.node_port}"] if invite.node_port else [],
         relay=relay,
-        max_inbound_groups=cfg.max_inbound_groups,
-        mdns=cfg.mdns,
         mdns_interfaces=mdns_interfaces,
         model=model_name(cfg.model),
         backend=f"{kind}/{device}" if kind else "",  # peers see it before the model loads
-        name=name,
-        log=log,
     )
     transport.via_words = {"manual": "the host's address"}  # its one dialed address
     role = "baseline" if baseline else "member"

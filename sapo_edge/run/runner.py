@@ -199,8 +199,7 @@ def _build_networked(
     """A node with this machine's identity (made on first run) and a NetworkTransport (or the
     caller's `transport`, not yet started: its identity and name are the node's)."""
     from ..swarm.identity import default_identity_path, load_or_create
-    from ..swarm.network import NetworkTransport
-    from ..swarm.roomkey import read_secret
+    from .network import network_for
 
     ident, created = load_or_create() if transport is None else (transport.ident, False)
     if created:
@@ -209,18 +208,7 @@ def _build_networked(
     if transport is not None:
         name = transport.name
     else:
-        transport = NetworkTransport(
-            ident,
-            room=cfg.room,
-            secret=read_secret(cfg.secret, cfg.secret_file),
-            listen=cfg.listen,
-            peers=cfg.peer,
-            relay=cfg.relay,
-            max_inbound_groups=cfg.max_inbound_groups,
-            mdns=cfg.mdns,
-            name=name,
-            log=log,
-        )
+        transport = network_for(cfg, ident, name=name, log=log)
     if transport.keys.is_open:  # the log has the line; the person at the screen sees it now
         from ..swarm.roomkey import describe_room
 
