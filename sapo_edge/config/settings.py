@@ -1,5 +1,5 @@
 """One Config dataclass: commented defaults and help text; loading, saving, presets applied.
-Its validation is config_checks.py, the packaged presets config_presets.py.
+Its validation is checks.py, the packaged presets presets.py (both beside it in config/).
 
 Precedence: CLI flags > config file (TOML) > these defaults. The resolved config is saved as
 JSON next to each node's checkpoints.

