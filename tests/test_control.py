@@ -118,7 +118,7 @@ def test_a_save_and_settings_reach_the_watchers_as_notices_as_well_as_the_log(tm
     control.update(local_samples=99)
     run_rounds(node, 2, control, logs.append)
     said = [t for _n, t in watcher.notices]
-    assert {n for n, _t in watcher.notices} == {node.cfg.name}
+    assert {n for n, _t in watcher.notices} == {node.name}
     assert said == logs  # each notice is in the log too, in order
     assert any(t.startswith("checkpoint saved: ") for t in said)
     assert any(t.startswith("settings applied from this round: external_samples=0") for t in said)

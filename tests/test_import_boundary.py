@@ -201,7 +201,7 @@ def a_circle(graph: dict[str, set[str]], group: tuple[str, ...]) -> str:
 
 
 # Circles longer than a pair still to break (none: fit and pace no longer ask backends/, whose
-# torch backend imports them; the choice on this machine is backends/pace_here.py). The check
+# torch backend imports them; the choice on this machine is run/pace_here.py). The check
 # fails on a new circle, and on one listed here when it changes, so the list never hides one.
 KNOWN_CYCLES: list = []
 

@@ -258,3 +258,27 @@ def test_a_start_that_failed_is_tried_again_and_says_why_again() -> None:
         with pytest.raises(OSError):
             t.start(timeout=10)
     t.close()
+
+
+def test_a_start_that_timed_out_is_waited_for_again_not_taken_as_started() -> None:
+    """The next start() after a timeout waits again: it raises while the network is still not
+    up (join's early start swallows the first error; the run's start must not then report a
+    network that never came up as started), and returns once it is."""
+    t = NetworkTransport(Identity.generate(), **FAST)
+    startup = t._startup
+    go = asyncio.Event()
+
+    async def slow_startup() -> None:
+        await go.wait()
+        await startup()
+
+    t._startup = slow_startup
+    try:
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="did not start in time"):
+                t.start(timeout=0.2)
+        assert t._loop is not None
+        t._loop.call_soon_threadsafe(go.set)
+        assert t.start(timeout=10) is t and t.port > 0
+    finally:
+        t.close()

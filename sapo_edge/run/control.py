@@ -119,7 +119,7 @@ def tell(node: Any, log: Callable[[str], None], text: str) -> None:
     """A line for the run's log that the person at the screen should also see now: the node's
     watchers hear it as a notice (the dashboard pops it up; nothing reads the log's words)."""
     log(text)
-    events(getattr(node, "callback", None)).on_notice(node.cfg.name, text)
+    events(getattr(node, "callback", None)).on_notice(node.name, text)
 
 
 def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:

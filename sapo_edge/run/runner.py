@@ -112,7 +112,8 @@ def run_single(
 ) -> Node:
     """One node (headless, or under the dashboard, which passes its callback and RunControl):
     joins the swarm (LAN, --peer, --relay) unless --solo. `transport`: a NetworkTransport the
-    caller made and has not started (`host` and `join` make theirs for the class's room); it
+    caller made (`host` and `join` make theirs for the class's room, and start it before the
+    model loads; starting it here again does nothing); it
     is closed at the end unless it has `keep_open` set (the caller closes it then)."""
     callback = callback or PrintCallback(log)
     if not cfg.out_dir:  # the CLI sets it; other callers get a new folder in the data folder
@@ -197,7 +198,7 @@ def _build_networked(
     cfg: Config, callback: Callback, log: Callable[[str], None], transport: Any = None
 ) -> Node:
     """A node with this machine's identity (made on first run) and a NetworkTransport (or the
-    caller's `transport`, not yet started: its identity and name are the node's)."""
+    caller's `transport`, started or not: its identity and name are the node's)."""
     from ..swarm.identity import default_identity_path, load_or_create
     from .network import network_for
 

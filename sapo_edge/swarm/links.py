@@ -125,11 +125,12 @@ class LinkLayer(Dialing, LinkLife):
     def start(self, timeout: float = 30.0):
         """Start the network thread (a second call does nothing: `join` starts its node's
         network before the model loads, so the class sees it from the start). A start that
-        failed leaves it unstarted: the next call tries again and raises its own error."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(target=self._thread_main, name="sapo-net", daemon=True)
-        self._thread.start()
+        failed leaves it unstarted: the next call tries again and raises its own error; one
+        that timed out is waited for again by the next call, which raises again if it is still
+        not up."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._thread_main, name="sapo-net", daemon=True)
+            self._thread.start()
         if not self._ready.wait(timeout):
             raise RuntimeError("the network thread did not start in time.")
         if self._error:  # its thread has ended: a later start() tries again (and says why)
