@@ -43,7 +43,7 @@ class StatsChannel:
     def on_stats(self, handler: Callable[[VerifiedStats], None] | None) -> None:
         """Set before start(): over NATS, only a node with a handler hears the stats subject."""
         self.intake.stats.on_stats, self.intake.stats.log = handler, self.log
-        if getattr(self, "nats", None) is not None:
+        if self.nats is not None:  # set in NetworkTransport.__init__, before any caller
             self.nats.want_stats = handler is not None
 
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
@@ -111,7 +111,9 @@ class StatsChannel:
     def _broadcast_stats(self, sealed: bytes, stats_id: str) -> None:
         self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
         self._queue_all(KIND_SEALED, sealed)
-        if getattr(self, "nats", None) is not None:  # to whoever hosts a class view
+        if (
+            self.nats is not None
+        ):  # set in NetworkTransport.__init__, before any caller  # to whoever hosts a class view
             self.nats.publish(sealed, subject=self.nats.stats_subject)
         with self._lock:
             self.counters["stats_published"] += 1
