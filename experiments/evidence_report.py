@@ -71,9 +71,18 @@ def load_summaries(docs: Path) -> tuple[dict[str, list[dict]], list[str]]:
     return found, bad
 
 
+def rounds_of(cell: dict) -> int:
+    """The rounds the cell ran: its longest node's (a hinted node with hint_rounds stops early;
+    the others run on)."""
+    return max(len(r) for r in cell["rewards"].values())
+
+
 def swarm_per_round(cell: dict) -> list[float]:
-    """The swarm's reward in each round: the sum over nodes of their mean training reward."""
-    return [sum(r[i] for r in cell["rewards"].values()) for i in range(cell["rounds_done"])]
+    """The swarm's reward in each round: the sum over nodes of their mean training reward (a
+    node that stopped adds nothing from then on)."""
+    return [
+        sum(r[i] for r in cell["rewards"].values() if i < len(r)) for i in range(rounds_of(cell))
+    ]
 
 
 def halves(a: dict, b: dict) -> tuple[int, int, float, float] | None:
@@ -127,7 +136,7 @@ def analyse(cells: list[dict]) -> dict:
             "heldout_interval": interval([c["heldout"]["pass_at_1"] for c in by_seed.values()]),
             "heldout_se_max": max((c["heldout"]["se"] or 0.0) for c in by_seed.values()),
             "completions": min(c["heldout"]["completions"] for c in by_seed.values()),
-            "rounds": min(c["rounds_done"] for c in by_seed.values()),
+            "rounds": min(rounds_of(c) for c in by_seed.values()),
             "nodes": min(len(c["cumulative"]) for c in by_seed.values()),
         }
     comparisons = {}

@@ -98,3 +98,27 @@ def test_a_cell_without_hinted_nodes_is_no_aha_experiment():
     assert aha_report.is_aha([c])
     c["config"]["hinted_nodes"] = []
     assert not aha_report.is_aha([c])
+
+
+def test_a_split_on_one_seed_does_not_unsettle_the_goal_three_seeds_decided():
+    """4/4+targeted run on one seed scores above 4/4 (three seeds): the goal is still decided by
+    4/4, the best split with three seeds, not left 'not decided yet'."""
+    solo = [_cell("8/0", s, 0.0) for s in (0, 1, 2)]
+    shared = [_cell("4/4", s, u) for s, u in ((0, 0.5), (1, 0.6), (2, 0.5))]
+    one = [_cell("4/4+targeted", 0, 0.9)]
+    g = aha_report.analyse(solo + shared + one)["goal"]
+    assert g["best"] == "4/4" and g["enough"] and g["met"]
+    alone = aha_report.analyse(solo + one)["goal"]  # no split has three seeds: it decides nothing
+    assert alone["best"] == "4/4+targeted" and not alone["enough"] and not alone["met"]
+
+
+def test_a_hinted_node_that_stopped_early_does_not_cut_the_others_rounds():
+    """With hint_rounds the hinted node stops (8 of 24 rounds here); the swarm's reward per round
+    and the experiment's round count go on with the others."""
+    import evidence_report
+
+    c = _cell("4/4", 0, 0.5)
+    c["rewards"] = {"s-0": [1.0] * 2, "s-1": [0.5] * 6, "s-2": [0.25] * 6}
+    c["rounds_done"] = 2  # what evidence.py writes: the shortest node's
+    assert evidence_report.rounds_of(c) == 6
+    assert evidence_report.swarm_per_round(c) == [1.75, 1.75] + [0.75] * 4
