@@ -80,7 +80,8 @@ def test_a_junk_flood_by_bytes_sheds_no_honest_batch(server, made) -> None:
     asyncio.run(flood())
     c = b.counters
     assert b.wait_for(lambda: c["nats_in_msgs"] == 52, WAIT), c
-    assert c["delivered"] == 4, c
+    # counted on arrival; delivered once opened and verified, a moment later on a loaded machine
+    assert b.wait_for(lambda: c["delivered"] == 4, WAIT), c
     assert [s for s, _ in b.receive()] == [member.node_id] * 4
     assert c["nats_junk"] + c["nats_junk_shed"] == 48 and c["nats_junk_shed"] > 0, c
     assert not c["nats_slow_consumer"] and not any(p.muted for p in b.peers())
