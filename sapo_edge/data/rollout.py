@@ -195,23 +195,45 @@ class RolloutGroup:
         )
 
 
-def encode_batch(groups: Sequence[RolloutGroup], limits: Limits = DEFAULT_LIMITS) -> bytes:
-    """UTF-8 JSON {"version": ROLLOUT_VERSION, "groups": [...]}; refuses anything decode_batch would reject."""
+class Batch(bytes):
+    """An encoded rollout batch that carries the groups it decodes to, so that it is decoded
+    once on its way: encode_batch makes one from what it checked, the network's verifier from
+    what it decoded, and publish and the trainer read `groups` (groups_of) instead of parsing
+    the bytes again. Its bytes are the wire format: a copy (`bytes(batch)`) is plain bytes."""
+
+    groups: tuple[RolloutGroup, ...]
+
+    def __new__(cls, data: bytes, groups: Sequence[RolloutGroup]) -> Batch:
+        batch = super().__new__(cls, data)
+        batch.groups = tuple(groups)
+        return batch
+
+
+def groups_of(payload: bytes | str, limits: Limits = DEFAULT_LIMITS) -> list[RolloutGroup]:
+    """The groups of an encoded batch: a Batch's own (decoded once already), else decoded now
+    (decode_batch, with its errors)."""
+    if isinstance(payload, Batch):
+        return list(payload.groups)
+    return decode_batch(payload, limits)
+
+
+def encode_batch(groups: Sequence[RolloutGroup], limits: Limits = DEFAULT_LIMITS) -> Batch:
+    """UTF-8 JSON {"version": ROLLOUT_VERSION, "groups": [...]}; refuses anything decode_batch would
+    reject. The Batch carries the groups its bytes decode to (each checked from its dict)."""
     if len(groups) > limits.max_groups_per_batch:
         raise RolloutError(
             "too_large",
             f"batch has {len(groups)} groups, over the limit of {limits.max_groups_per_batch}; split it.",
         )
     dicts = [g.to_dict() for g in groups]
-    for d in dicts:
-        RolloutGroup.from_dict(d, limits)  # never publish what a peer would reject
+    checked = [RolloutGroup.from_dict(d, limits) for d in dicts]  # never publish what peers reject
     data = dumps_canonical({"version": ROLLOUT_VERSION, "groups": dicts}).encode("utf-8")
     if len(data) > limits.max_batch_bytes:
         raise RolloutError(
             "too_large",
             f"batch is {len(data)} bytes, over the {limits.max_batch_bytes}-byte limit; split it.",
         )
-    return data
+    return Batch(data, checked)
 
 
 def decode_batch(data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> list[RolloutGroup]:

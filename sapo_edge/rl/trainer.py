@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..backends.base import Backend, Completion, Sample
 from ..config.settings import Config
-from ..data.rollout import RolloutError, RolloutGroup, decode_batch, encode_batch
+from ..data.rollout import RolloutError, RolloutGroup, encode_batch, groups_of
 from ..data.task_sampler import TaskSampler, node_seed
 from ..data.tasks import TaskError, regenerate
 from ..events import RunEvents, events
@@ -324,7 +324,7 @@ class Node:
         count = 0
         for sender, payload in self.transport.receive():
             try:
-                groups = decode_batch(payload)
+                groups = groups_of(payload)  # the network verified and decoded it once
             except RolloutError as e:
                 self.pool.reject(e.reason)
                 self.peer_tally.payload_rejected(sender, e.reason)

@@ -15,7 +15,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from ..data.rollout import DEFAULT_LIMITS, Limits, RolloutError, decode_batch
+from ..data.rollout import DEFAULT_LIMITS, Batch, Limits, RolloutError, decode_batch
 from ..data.safejson import dumps_canonical
 from .identity import Identity, node_id_for_key, verify
 from .protocol import (
@@ -160,7 +160,7 @@ class VerifiedBatch:
     batch_id: str
     sender: str
     round: int
-    payload: bytes  # the encoded rollout batch, for the inbox
+    payload: Batch  # the encoded rollout batch and its groups, for the inbox
     groups: int
 
 
@@ -264,4 +264,5 @@ class RolloutVerifier:
         self.last_round.move_to_end(msg.sender)
         while len(self.last_round) > 10_000:
             self.last_round.popitem(last=False)
-        return VerifiedBatch(body["id"], msg.sender, body["round"], payload, len(groups))
+        batch = Batch(payload, groups)  # decoded here, once: the trainer reads its groups
+        return VerifiedBatch(body["id"], msg.sender, body["round"], batch, len(groups))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from ..data.rollout import RolloutError, decode_batch
+from ..data.rollout import RolloutError, groups_of
 from .admission import Admissions, serve_admission
 from .batches import make_rollouts, seal
 from .guard import GuardLimits
@@ -130,10 +130,11 @@ class NetworkTransport(StatsChannel, LinkLayer):
 
     # ----------------------------------------------------------------- public (any thread)
     def publish(self, payload: bytes) -> None:
-        """Sign `payload` (an encoded batch of this node's groups), seal it for the room and
-        queue it for every link."""
+        """Sign `payload` (an encoded batch of this node's groups: encode_batch's Batch, whose
+        groups are read without parsing it again), seal it for the room and queue it for every
+        link."""
         try:
-            groups = decode_batch(payload)
+            groups = groups_of(payload)
         except RolloutError as e:
             self.log(f"not publishing a batch this node would reject itself: {e}")
             return
