@@ -129,7 +129,8 @@ def heldout_per_node(nodes: int, target: float = SE_TARGET) -> int:
 def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     """Train (unless base), evaluate every node, and return the cell's summary."""
     from sapo_edge.rl.metrics import read_rewards
-    from sapo_edge.run.runner import node_id_for, run_sim
+    from sapo_edge.run.build import node_id_for
+    from sapo_edge.run.runner import run_sim
 
     cfg = cell_config(args, seed, split)
     out = Path(cfg.out_dir)

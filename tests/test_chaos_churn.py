@@ -37,12 +37,12 @@ def test_the_dialer_backs_off_exponentially_with_jitter(nodes, monkeypatch) -> N
     async def fake_nap(s: float) -> None:  # the backoff's wait (cut short by a wake-up)
         slept.append(s)
 
-    monkeypatch.setattr(a, "_nap", fake_nap)
+    monkeypatch.setattr(a.dialer, "_nap", fake_nap)
 
     async def run() -> None:
         for failures in range(1, 11):
             for _ in range(20):
-                await a._backoff(failures)
+                await a.dialer._backoff(failures)
 
     asyncio.run(run())
     for failures in range(1, 11):

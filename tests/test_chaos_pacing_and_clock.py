@@ -75,7 +75,7 @@ def test_pacing_never_exceeds_the_minute_and_spreads_it_over_the_minute(nodes, m
         monkeypatch.setattr(network.time, "monotonic", lambda clock=clock: clock[0])
         sent: list[float] = []
         for _ in range(3000):
-            if node._pace():
+            if node.pace.take():
                 sent.append(clock[0])
             clock[0] += 0.1
         monkeypatch.undo()

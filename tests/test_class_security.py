@@ -121,7 +121,7 @@ def test_vouched_sock_puppets_cannot_lock_a_student_out(tmp_path) -> None:
         assert len(h.board.members) == 8, (h.board.dropped, h.transport.counters)
         ada, solo = student(h, tmp_path, "ada"), student(h, tmp_path, "solo")
         node = node_of(ada.cfg, ada.transport, "ada", ada.callback(Quiet()))
-        solo.transport.progress_every, solo.transport.progress_repeat = 0.05, 0.3
+        solo.transport.stats.progress_every, solo.transport.stats.progress_repeat = 0.05, 0.3
         ada.transport.start()
         solo.start_network()  # its progress only: no batch, no round yet
         try:

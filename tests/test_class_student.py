@@ -173,7 +173,7 @@ def test_the_exit_summary_prints_the_code_in_force_or_none_once_the_class_ended(
         assert ada.continue_command(headless=True, more=False).startswith(
             f"sapo-edge join {first} --headless --name ada"
         )
-        bob.transport.announce(Progress("code", code="9-acorn-zinnia@10.0.0.9:7745"))
+        bob.transport.stats.announce(Progress("code", code="9-acorn-zinnia@10.0.0.9:7745"))
         new = host.new_code()
         assert ada.transport.wait_for(lambda: ada.code_in_force == new, 10)
         assert "9-acorn" not in ada.continue_command(headless=False, more=False)
@@ -208,7 +208,7 @@ def test_the_alone_command_of_an_ended_class_continues_the_students_run(
     small = dict(questions_per_round=1, group_size=2, max_new_tokens=4, local_samples=1)
     cfg = dataclasses.replace(j.cfg, model=str(tiny_qwen), rounds=1, external_samples=0, **small)
     try:
-        run_single(cfg, j.callback(test_classroom.Quiet()), lambda _m: None, None, j.transport)
+        run_single(cfg, j.callback(test_classroom.Quiet()), lambda _m: None, None, j.session)
     finally:
         j.transport.close()
     j.cfg, j.class_ended = cfg, threading.Event()

@@ -28,9 +28,7 @@ FAST_NET = dict(heartbeat=0.5, handshake_timeout=2.0, reconnect_base=0.05, recon
 
 def fast(transport):
     """Loopback timings (the defaults suit a classroom's Wi-Fi, not a test)."""
-    for k, v in FAST_NET.items():
-        setattr(transport, k, v)
-    return transport
+    return transport.tune(**FAST_NET)
 
 
 def class_host(tmp_path: Path, log=lambda _m: None, **opts) -> ClassHost:
@@ -371,7 +369,9 @@ def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
         j.transport.manual = []  # no direct link to the host: NATS only
         j.transport.start()
         assert j.transport.wait_for(lambda: j.transport.nats.up, 10), j.transport.describe()
-        j.transport.publish_stats([RoundStats(0, 0.5, 2, 2, 0, 0, {}, "ada", "m", "torch", "cpu")])
+        j.transport.stats.publish_stats(
+            [RoundStats(0, 0.5, 2, 2, 0, 0, {}, "ada", "m", "torch", "cpu")]
+        )
         assert h.transport.wait_for(lambda: bool(got), 10), h.transport.counters
         assert got[0].route.startswith("relay:nats://")
         assert h.board.snapshot().members[-1].name == "ada"
@@ -460,7 +460,7 @@ def test_a_student_has_a_row_from_the_start_that_says_what_it_is_doing(host, tmp
         (True, "loading the model")
     ]
     j = student(host, tmp_path, "ada")
-    j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
+    j.transport.stats.progress_every, j.transport.stats.progress_repeat = 0.05, 0.3
     me = j.transport.ident.node_id
     j.start_network()  # what `join` does before loading the model
     try:
@@ -512,7 +512,7 @@ def test_a_student_has_a_row_from_admission_on(host, tmp_path) -> None:
     j = student(host, tmp_path, "ada", ident)
     row = _row(host, ident.node_id)
     assert row is not None and row.state == "joining" and row.rounds == 0 and row.name == "ada"
-    j.transport.progress_every, j.transport.progress_repeat = 0.05, 0.3
+    j.transport.stats.progress_every, j.transport.stats.progress_repeat = 0.05, 0.3
     j.start_network()
     try:
         assert host.transport.wait_for(
@@ -698,7 +698,7 @@ def test_the_host_says_goodbye_on_every_path_and_students_are_told(host, tmp_pat
         # a member's own "ended" (anyone in the room can sign one) is not the host's
         from sapo_edge.swarm.progress import Progress
 
-        direct.transport.send_goodbye(Progress("ended", name="teacher"))
+        direct.transport.stats.send_goodbye(Progress("ended", name="teacher"))
         assert far.transport.wait_for(lambda: far.transport.counters["progress_delivered"] >= 1, 10)
         assert not far.class_ended.is_set()
         said = []
@@ -721,11 +721,11 @@ def test_a_student_whose_rounds_are_done_is_still_told_the_class_ended(
     from sapo_edge.run.runner import run_single
 
     j = student(host, tmp_path, "ada")
-    j.transport.keep_open = True  # what the student's dashboard sets (tui/joined.py)
+    j.session.keep_open = True  # what the student's dashboard sets (tui/joined.py)
     small = dict(questions_per_round=1, group_size=2, max_new_tokens=4, local_samples=1)
     cfg = dataclasses.replace(j.cfg, model=str(tiny_qwen), rounds=1, external_samples=0, **small)
     try:
-        node = run_single(cfg, j.callback(Quiet()), lambda _m: None, None, j.transport)
+        node = run_single(cfg, j.callback(Quiet()), lambda _m: None, None, j.session)
         assert node.round == 1  # its rounds are done
         assert j.transport.wait_for(
             lambda: host.transport.ident.node_id in j.transport.connected(), 10

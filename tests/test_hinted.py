@@ -14,7 +14,7 @@ from sapo_edge.data.task_sampler import TaskSampler
 from sapo_edge.data.tasks import regenerate
 from sapo_edge.rl.prompts import build_messages
 from sapo_edge.rl.trainer import Node
-from sapo_edge.run.runner import hint_over, node_config
+from sapo_edge.run.build import hint_over, node_config
 from sapo_edge.swarm.transport import InProcessHub
 
 

@@ -18,7 +18,7 @@ from test_sim import FAST  # noqa: E402
 from sapo_edge.backends.base import Sample  # noqa: E402
 from sapo_edge.cli import main  # noqa: E402
 from sapo_edge.config.settings import Config  # noqa: E402
-from sapo_edge.run.runner import build_nodes  # noqa: E402
+from sapo_edge.run.build import build_nodes  # noqa: E402
 from sapo_edge.swarm.transport import InProcessHub  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

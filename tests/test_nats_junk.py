@@ -95,7 +95,7 @@ def test_junk_on_the_class_stats_subject_is_capped_and_stats_still_arrive(server
     host = NetworkTransport(Identity.generate(), **{**FAST, "relay": server, "secret": code})
     host.nats.tick_s = 3600.0
     got = []
-    host.on_stats = got.append  # before start(): only a node with a handler hears the subject
+    host.stats.on_stats = got.append  # before start(): only a node with a handler hears the subject
     made.append(host.start())
     assert host.wait_for(lambda: host.nats.up and host.nats.stats_listening, WAIT)
     host.nats.junk_bytes_per_s = 64 << 10

@@ -29,11 +29,11 @@ def test_stop_closes_a_handshake_in_progress(nodes, caplog):
     caller = threading.Thread(target=lambda: asyncio.run(silent_caller()), daemon=True)
     caller.start()
     assert opened.wait(WAIT)
-    assert a.wait_for(lambda: len(a._serving) == 1, WAIT)
+    assert a.wait_for(lambda: len(a.listener.serving) == 1, WAIT)
     a.close()
     assert closed.wait(WAIT), "the caller was never hung up on"
     assert a.counters["closed_at_stop"] == 1  # the node hung up itself, before aiohttp's cancel
     assert a.counters["stop_timed_out"] == 0
-    assert not a._serving
+    assert not a.listener.serving
     unhandled = [r for r in caplog.records if r.name.startswith("aiohttp")]
     assert not unhandled, [r.getMessage() for r in unhandled]

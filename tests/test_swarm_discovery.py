@@ -59,10 +59,10 @@ def test_nodes_find_each_other_on_loopback_and_forget_one_that_leaves(lan) -> No
     a.publish(batch_for(a.ident, 1))
     assert b.wait_for(lambda: b.counters["delivered"] == 1, 5)
     assert outsider.connected() == [] and outsider.receive() == []
-    assert a.wait_for(lambda: a._discovery.ignored.get("other_room", 0) >= 1, 10)
+    assert a.wait_for(lambda: a.dialer.discovery.ignored.get("other_room", 0) >= 1, 10)
 
     made.remove(b)
     b.close()  # says goodbye on mDNS and on the websocket
     assert a.wait_for(lambda: b.ident.node_id not in a.connected(), 5)
     assert a.wait_for(lambda: b.ident.node_id not in a.lan_peers(), 5)
-    assert f"lan:{b.ident.node_id}" not in a._dials  # no more redialing a node that left
+    assert f"lan:{b.ident.node_id}" not in a.dialer.dials  # no more redialing a node that left

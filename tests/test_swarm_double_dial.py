@@ -20,7 +20,7 @@ def _publish_through_settle(a, b, rounds: list[int]) -> tuple[int, int]:
     sent = {ida: 0, idb: 0}
 
     def settled() -> bool:
-        la, lb = a._links.get(idb), b._links.get(ida)
+        la, lb = a.table.links.get(idb), b.table.links.get(ida)
         return la is not None and lb is not None and la.dialer == lb.dialer
 
     extra = 0
@@ -44,7 +44,7 @@ def test_nodes_that_dial_each_other_at_once_lose_no_batch_while_they_settle(node
     for _trial in range(6):
         a, b = nodes(**FAST_PUBLISH), nodes(**FAST_PUBLISH)
         for n, o in ((a, b), (b, a)):  # both dial at once, as on each other's LAN advert
-            n._loop.call_soon_threadsafe(n._on_found, o.ident.node_id, "127.0.0.1", o.port)
+            n._loop.call_soon_threadsafe(n.dialer.on_found, o.ident.node_id, "127.0.0.1", o.port)
         sent_a, sent_b = _publish_through_settle(a, b, rounds)
         assert sent_a > 0 and sent_b > 0
         assert b.wait_for(lambda b=b, s=sent_a: b.counters["delivered"] >= s, 20), (

@@ -227,7 +227,7 @@ class Tarpit:
 
 def _found(node, node_id: str, host: str, port: int) -> None:
     async def call() -> None:
-        node._on_found(node_id, host, port)
+        node.dialer.on_found(node_id, host, port)
 
     asyncio.run_coroutine_threadsafe(call(), node._loop).result(5)
 
@@ -239,10 +239,10 @@ def test_poisoned_adverts_cost_bounded_dials_and_the_real_address_wins(nodes) ->
         b = nodes()
         for _ in range(60):  # 60 fake adverts pointing at a tarpit
             _found(a, Identity.generate().node_id, "127.0.0.1", pit.port)
-        assert len(a._lan_dials) == MAX_LAN_DIALS and a.counters["lan_dials_full"] == 60 - 32
+        assert len(a.dialer.lan_dials) == MAX_LAN_DIALS and a.counters["lan_dials_full"] == 60 - 32
         # b's real id, first advertised by the attacker at the tarpit, then at b's address
         _found(a, b.ident.node_id, "127.0.0.1", pit.port)
-        assert a.wait_for(lambda: any(d.failures >= 2 for d in a._lan_dials.values()), 10)
+        assert a.wait_for(lambda: any(d.failures >= 2 for d in a.dialer.lan_dials.values()), 10)
         _found(a, b.ident.node_id, "127.0.0.1", pit.port)  # (makes room: a fake one failed)
         _found(a, b.ident.node_id, "127.0.0.1", b.port)
         assert a.wait_for(lambda: b.ident.node_id in a.connected(), 10), a.counters

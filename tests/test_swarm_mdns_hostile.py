@@ -91,7 +91,7 @@ def pair(veth_lan):
 
 
 def _drop_link(a, b_id: str) -> None:
-    link = a._links.get(b_id)
+    link = a.table.links.get(b_id)
     assert link is not None, "the link was already gone"
     asyncio.run_coroutine_threadsafe(link.ws.close(), a._loop).result(5)
 
@@ -146,14 +146,14 @@ def test_a_crowd_of_fake_adverts_and_one_at_loopback_cost_bounded_dials(pair) ->
                 ["adverts", fakes],
             ],
         )
-        disc = a._discovery
+        disc = a.dialer.discovery
         seen = lambda: dialed or disc.ignored.get("bad_address", 0) >= 1  # noqa: E731
         assert a.wait_for(seen, 20), disc.ignored
         assert dialed == []  # an advert from the LAN got this laptop to dial its own loopback
         assert a.wait_for(lambda: len(disc.found) + sum(disc.ignored.values()) >= 60, 20)
-        assert len(disc.found) <= MAX_FOUND and len(a._lan_dials) <= MAX_LAN_DIALS
+        assert len(disc.found) <= MAX_FOUND and len(a.dialer.lan_dials) <= MAX_LAN_DIALS
         assert b.ident.node_id in a.connected() and a.ident.node_id in b.connected()
-        assert loop_id not in a._lan_dials and dialed == []
+        assert loop_id not in a.dialer.lan_dials and dialed == []
     finally:
         stop.set()
         watcher.join(5)

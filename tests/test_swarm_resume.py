@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 def _jump_wall_clock(node, seconds: float) -> None:
     """What the node's watch sees after a suspend of `seconds`: wall time moved, monotonic not."""
-    node.watch.wall = lambda: time.time() + seconds
+    node.dialer.watch.wall = lambda: time.time() + seconds
 
 
 def test_a_woken_laptop_redials_at_once_instead_of_finishing_its_backoff(nodes) -> None:
@@ -61,11 +61,11 @@ def test_links_older_than_the_peers_patience_are_redialed_on_waking(nodes) -> No
     b = nodes()
     a = nodes(peers=[f"127.0.0.1:{b.port}"])
     assert a.wait_for(lambda: b.ident.node_id in a.connected(), 10)
-    before = a._links[b.ident.node_id]
+    before = a.table.links[b.ident.node_id]
     # asleep for 60 s, far past 1.5 heartbeats: b has dropped this link (no pong); it is dead
     _jump_wall_clock(a, 60.0)
     assert a.wait_for(lambda: a.counters["resumed"] >= 1, 10)
-    assert a.wait_for(lambda: a._links.get(b.ident.node_id) not in (None, before), 10), (
+    assert a.wait_for(lambda: a.table.links.get(b.ident.node_id) not in (None, before), 10), (
         "no new link after waking"
     )
     assert b.wait_for(lambda: a.ident.node_id in b.connected(), 10)

@@ -129,12 +129,12 @@ def test_stats_travel_directly_and_through_the_relay(nodes) -> None:
         direct = nodes(peers=[f"127.0.0.1:{host.port}"])
         far = nodes(relay=r.url)  # reaches the host only through the relay
         got = []
-        host.on_stats = got.append
+        host.stats.on_stats = got.append
         assert direct.wait_for(lambda: host.ident.node_id in direct.connected(), 5)
         for n in (host, far):
             assert n.wait_for(lambda n=n: f"relay:{r.url}" in n.connected(), 5)
-        direct.publish_stats(figures(1, name="direct"))
-        far.publish_stats(figures(1, name="far"))
+        direct.stats.publish_stats(figures(1, name="direct"))
+        far.stats.publish_stats(figures(1, name="far"))
         assert host.wait_for(lambda: host.counters["stats_delivered"] == 2, 5)
         by = {v.sender: v for v in got}
         assert by[direct.ident.node_id].rounds[-1].name == "direct"
@@ -149,7 +149,7 @@ def test_stats_travel_directly_and_through_the_relay(nodes) -> None:
 def test_every_bad_stats_message_is_refused_counted_and_charged(nodes) -> None:
     node = nodes(reject_threshold=1000)
     got = []
-    node.on_stats = got.append
+    node.stats.on_stats = got.append
     me, other = Identity.generate(), Identity.generate()
     good = figures().to_json()
     too_many = {f"{i:032x}": [1, 1] for i in range(MAX_PRODUCERS + 1)}
@@ -221,7 +221,7 @@ def test_a_member_flooding_stats_is_rate_limited_and_its_signed_lies_are_its_own
     try:
         node = nodes(relay=r.url, reject_threshold=1000)
         got = []
-        node.on_stats = got.append
+        node.stats.on_stats = got.append
         flooder = Identity.generate()
         assert node.wait_for(lambda: f"relay:{r.url}" in node.connected(), WAIT)
 
@@ -372,7 +372,7 @@ def test_progress_travels_and_every_bad_one_is_refused_and_counted(nodes) -> Non
     (charged to its signer), and good ones still arrive."""
     node = nodes(reject_threshold=1000)
     got = []
-    node.on_stats = got.append
+    node.stats.on_stats = got.append
     me = Identity.generate()
     good = Progress("generating", 2, 10, 12, 48, "ada", "smollm2-135m", "torch", "cpu").to_json()
     forged = json.loads(make_progress(me, KEYS, Progress("training", name="ada"))[0])

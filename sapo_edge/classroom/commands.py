@@ -276,7 +276,7 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
     joined.on_class_ended.append(lambda: _say(f"{name:>8} {CLASS_ENDED_TITLE}: {remedy}"))
     joined.start_network()  # the class sees this laptop while its model loads
     try:
-        return run_headless(joined.cfg, transport=joined.transport, wrap=joined.callback)
+        return run_headless(joined.cfg, session=joined.session, wrap=joined.callback)
     finally:
         watcher.stop()
 

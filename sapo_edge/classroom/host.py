@@ -60,16 +60,6 @@ class LogSink:
         (self.target or self.fallback)(text)
 
 
-class _HostTransport(NetworkTransport):
-    """The host's node: started before its model loads (students can link at once; the run's
-    start() then does nothing) and kept open when its own training ends (the class goes on);
-    close(final=True) ends it."""
-
-    def close(self, timeout: float = 10.0, *, final: bool = False) -> None:
-        if final:
-            super().close(timeout)
-
-
 class ClassHost:
     """One class; see the module docstring. start() before use, close() after."""
 
@@ -93,7 +83,7 @@ class ClassHost:
         self.name = ""  # this node's name in the class (set by start)
         self.admit_port = 0
         self.started_at = time.time()
-        self.transport: _HostTransport | None = None
+        self.transport: NetworkTransport | None = None
         self.services: HostServices | None = None
         self.board: ClassBoard | None = None
         self.admissions: Admissions | None = None
@@ -142,7 +132,6 @@ class ClassHost:
             ident,
             name=name,
             log=self.log,
-            kind=_HostTransport,
             room=room,
             secret=key,
             relay=relay_url,
@@ -158,7 +147,7 @@ class ClassHost:
             max_reward=1.0 + self.cfg.format_reward,  # the class's reward at most
         )
         self.board.admissions_known = True  # its mean and baseline: verified or admitted only
-        self.transport.on_stats = self.board.on_stats
+        self.transport.stats.on_stats = self.board.on_stats
         self.admissions.on_admitted = self._admitted
         try:
             self.transport.start()
@@ -220,7 +209,7 @@ class ClassHost:
         if self.transport is None:
             return 0
         bye = Progress("ended", name=printable(self.name, 40))
-        return self.transport.send_goodbye(bye, timeout)
+        return self.transport.stats.send_goodbye(bye, timeout)
 
     def end(self, say: Callable[[str], None]) -> None:
         """The end of the class (q, Ctrl-C): the goodbye on every path, then the network and
@@ -236,7 +225,7 @@ class ClassHost:
 
     def close(self) -> None:
         if self.transport is not None:
-            self.transport.close(final=True)
+            self.transport.close()
         if self.services is not None:
             self.services.close()
 
@@ -272,7 +261,9 @@ class ClassHost:
         if old:  # old code is refused as replaced, never counted as a wrong try; the new one
             self.admissions.revoke(old.split("@", 1)[0])  # is shown first (no "none valid")
         if old and self.transport is not None:  # members' exit summaries print the one in force
-            self.transport.announce(Progress("code", name=printable(self.name, 40), code=self.code))
+            self.transport.stats.announce(
+                Progress("code", name=printable(self.name, 40), code=self.code)
+            )
         return self.code
 
     def live_code(self) -> str:
@@ -339,7 +330,7 @@ class ClassHost:
         assert self.transport is not None and self.board is not None
         return ClassMember(
             inner,
-            self.transport.publish_stats,
+            self.transport.stats.publish_stats,
             local=self.board.record,
             log=self.log,
             local_progress=self.board.record_progress,
@@ -348,9 +339,14 @@ class ClassHost:
     def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:
         """Train this laptop as a member (blocks until its rounds are done or it is stopped)."""
         from ..run.runner import run_single
+        from ..run.session import Session
 
+        assert self.transport is not None
         cfg = self.hints.host_config(self.cfg)  # the example when the hint names the host
-        return run_single(cfg, self.member_callback(callback), log, control, self.transport)
+        # its network started with the class (students link while its model loads) and stays
+        # open when its own training ends: the class goes on until close()
+        session = Session.for_network(self.transport, started=True, keep_open=True)
+        return run_single(cfg, self.member_callback(callback), log, control, session)
 
 
 def _qr_svg(code: str) -> str:

@@ -18,6 +18,7 @@ from ..config.model_name import model_name
 from ..config.settings import Config, ConfigError
 from ..data.textsafe import clean
 from ..run.network import network_for
+from ..run.session import Session
 from ..swarm.admission import AdmissionError, Grant, join_room
 from ..swarm.identity import Identity
 from ..swarm.network import NetworkTransport
@@ -90,12 +91,13 @@ def admit(
 
 @dataclass
 class Joined:
-    """A student's node, ready to run: its settings, its transport (not started), its paths."""
+    """A student's node, ready to run: its settings, its session (session.py: the transport,
+    not started, and the backend chosen and memory checked before admission), its paths."""
 
     code: JoinCode
     invite: Invite
     cfg: Config
-    transport: NetworkTransport
+    session: Session
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
@@ -103,6 +105,10 @@ class Joined:
     class_ended: threading.Event = dataclasses.field(default_factory=threading.Event)
     on_class_ended: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     code_in_force: str = ""  # the host's newer code once it said one (its n), else ""
+
+    @property
+    def transport(self) -> NetworkTransport:
+        return self.session.transport
 
     def hear_the_host(self) -> None:
         """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
@@ -169,11 +175,11 @@ class Joined:
         class, so that round's rollouts reach the others."""
         return ClassMember(
             inner,
-            self.transport.publish_stats,
+            self.transport.stats.publish_stats,
             role=self.role,
             first_link=self.wait_for_class,
-            progress=self.transport.publish_progress,
-            last_word=self.transport.send_goodbye,  # "left" or "done" at once, before it closes
+            progress=self.transport.stats.publish_progress,
+            last_word=self.transport.stats.send_goodbye,  # "left" or "done" at once, before it closes
         )
 
     def start_network(self) -> None:
@@ -181,10 +187,10 @@ class Joined:
         so: the class view shows this laptop as loading its model from the start. A network
         that cannot start here is started (and its error shown) by the run, as before."""
         try:
-            self.transport.start()
-        except Exception:  # noqa: BLE001 - run_single starts it again and reports the error
+            self.session.start_network()
+        except Exception:  # noqa: BLE001 - the run's session starts it again and says why
             return
-        self.transport.publish_progress(
+        self.transport.stats.publish_progress(
             Progress(
                 "loading",
                 rounds=self.cfg.rounds,
@@ -291,7 +297,12 @@ def join_class(
     )
     transport.via_words = {"manual": "the host's address"}  # its one dialed address
     role = "baseline" if baseline else "member"
-    joined = Joined(code, invite, cfg, transport, relay, role, notes, dict(local))
+    machine = (kind, device) if kind else None  # chosen before admission: not chosen again
+    # estimated above from the model's shape against this laptop's memory; a model estimated
+    # only once fetched, or a GPU's own memory, is checked when the run loads it
+    checked = cfg if verdict in ("ok", "warn") and not device.startswith("cuda") else None
+    session = Session.for_network(transport, machine=machine, memory_checked=checked)
+    joined = Joined(code, invite, cfg, session, relay, role, notes, dict(local))
     transport.continue_command = joined.continue_command  # type: ignore[attr-defined]
     joined.hear_the_host()
     return joined

@@ -1,14 +1,13 @@
-"""One link's life, for the link layer (links.py puts it together with dialing.py): an
-authenticated link registered under its peer's key, read frame by frame until it closes, retired
-without losing a frame when both sides dialed at once, and the peer's queue held HOLD_S for its
-next link.
+"""A node's links (a part of network.py's NetworkTransport; listener.py and dialing.py hand it
+the links they authenticate): each registered under its peer's key, read frame by frame until it
+closes, retired without losing a frame when both sides dialed at once, and the peer's queue held
+HOLD_S for its next link.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +16,9 @@ import aiohttp
 
 from ..data.textsafe import clean
 from .handshake import KIND_MESSAGE, KIND_SEALED, LinkBroken, Session
-from .identity import Identity
+from .netcore import NetCore
 from .peer import Closed, Outbox, read_raw
-from .peerbook import PeerBook, PeerStats
+from .peerbook import PeerStats
 from .protocol import Bye, ProtocolError, make_bye, parse_message
 
 # how long a peer's queue waits for a new link after one ends (a replaced or dropped link):
@@ -53,41 +52,70 @@ class Link:
         await self.session.channel.send(kind, data)
 
 
-class LinkLife:
-    """The one-link half of LinkLayer (mixed in); see the module docstring."""
+class LinkTable:
+    """A node's links, one per peer key, and each peer's queue; see the module docstring.
+    Loop-confined, except `links` (read under `core.lock`). What arrives in a sealed frame goes
+    to `on_sealed(link, data)` (True: the sender is now muted, end the link); `spawn` runs a
+    task owned by the network's loop."""
 
-    # how the log names a link's path ("connected via ..."); a class's student names a dialed
-    # address the host's (classroom/join.py)
-    via_words: dict[str, str] = {"manual": "its address (--peer)"}
-
-    # provided by LinkLayer (links.py)
-    ident: Identity
-    book: PeerBook
-    log: Callable[[str], None]
-    counters: Counter
-    handshake_timeout: float
-    queue_limit: int
-    _lock: Any
-    _links: dict[str, Link]
-    _link_up: dict[str, asyncio.Event]
-    _outboxes: dict[str, Outbox]
-    _held: dict[str, asyncio.TimerHandle]
-    _notify: Callable[[], None]
-    _trace: Callable[..., None]
-    _reject: Callable[[str, str], bool]
-    _spawn: Callable[[Any], asyncio.Task]
+    def __init__(
+        self,
+        core: NetCore,
+        *,
+        handshake_timeout: float,
+        queue_limit: int,
+        on_sealed: Callable[[Link, bytes], bool],
+        spawn: Callable[[Any], asyncio.Task],
+    ) -> None:
+        self.core, self.handshake_timeout, self.queue_limit = core, handshake_timeout, queue_limit
+        self.on_sealed, self.spawn = on_sealed, spawn
+        # how the log names a link's path ("connected via ..."); a class's student names a
+        # dialed address the host's (classroom/join.py)
+        self.via_words: dict[str, str] = {"manual": "its address (--peer)"}
+        self.links: dict[str, Link] = {}
+        self.outboxes: dict[str, Outbox] = {}  # key -> its queue, kept HOLD_S past a link
+        self.link_up: dict[str, asyncio.Event] = {}  # set when a link for that key registers
+        self.held: dict[str, asyncio.TimerHandle] = {}  # key -> when its idle queue is dropped
 
     # ----------------------------------------------------------------- one link
-    def _queue_all(self, kind: int, data: bytes) -> None:
+    def queue_all(self, kind: int, data: bytes) -> None:
         """Queue a frame for every peer: linked ones, and ones whose link ended less than
         HOLD_S ago (it goes on their next link)."""
-        for outbox in self._outboxes.values():
+        for outbox in self.outboxes.values():
             outbox.put(kind, data)
 
+    async def wait_link(self, key: str) -> None:
+        """After a link of ours ended: if the peer said it keeps another link to us (both sides
+        dialed at once), wait until that one registers here before dialing again (bounded)."""
+        if key in self.links:
+            return
+        ev = self.link_up.setdefault(key, asyncio.Event())
+        try:
+            async with asyncio.timeout(self.handshake_timeout):
+                await ev.wait()
+        except TimeoutError:
+            pass
+        finally:
+            if self.link_up.get(key) is ev and not ev.is_set():
+                del self.link_up[key]
+
+    async def close_all(self) -> None:
+        """At shutdown: say goodbye on every link and close it, and drop every queue."""
+        for timer in self.held.values():
+            timer.cancel()
+        for link in list(self.links.values()):
+            try:
+                await link.send(KIND_MESSAGE, make_bye("shutdown", "the node is stopping."))
+            except (ConnectionError, RuntimeError, aiohttp.ClientError):
+                pass
+            await link.ws.close()
+        for outbox in self.outboxes.values():
+            outbox.close()
+
     def _outbox(self, key: str) -> Outbox:
-        outbox = self._outboxes.get(key)
+        outbox = self.outboxes.get(key)
         if outbox is None:
-            outbox = self._outboxes[key] = Outbox(None, None, self.queue_limit)
+            outbox = self.outboxes[key] = Outbox(None, None, self.queue_limit)
         return outbox
 
     def _hold(self, key: str, outbox: Outbox) -> None:
@@ -96,21 +124,21 @@ class LinkLife:
         if key.startswith("relay:"):
             self._drop_outbox(key, outbox)
             return
-        if (timer := self._held.pop(key, None)) is not None:
+        if (timer := self.held.pop(key, None)) is not None:
             timer.cancel()
-        self._held[key] = asyncio.get_running_loop().call_later(HOLD_S, self._expire, key, outbox)
+        self.held[key] = asyncio.get_running_loop().call_later(HOLD_S, self._expire, key, outbox)
 
     def _expire(self, key: str, outbox: Outbox) -> None:
-        self._held.pop(key, None)
-        if outbox.owner is None and key not in self._links:
+        self.held.pop(key, None)
+        if outbox.owner is None and key not in self.links:
             self._drop_outbox(key, outbox)
 
     def _drop_outbox(self, key: str, outbox: Outbox) -> None:
-        if self._outboxes.get(key) is outbox:
-            del self._outboxes[key]
+        if self.outboxes.get(key) is outbox:
+            del self.outboxes[key]
         outbox.close()
 
-    async def _run_link(
+    async def run_link(
         self, ws, session: Session, via: str, key: str, dialer: str, addr: str
     ) -> Link | None:
         """Register an authenticated link, read it until it closes, then forget it.
@@ -121,18 +149,18 @@ class LinkLife:
         first, then we say "duplicate_connection" on the retired one as our last frame on it,
         and read it until the peer says the same (or a deadline), delivering what it sent."""
         relay = key.startswith("relay:")
-        st = self.book.stat(key, None if relay else session.auth, via, node_id=key)
+        st = self.core.book.stat(key, None if relay else session.auth, via, node_id=key)
         if not relay and st.muted_until > time.time():
             await send_bye(session, ws, "muted", "too many rejected messages; try later.")
             return None
-        old = self._links.get(key)
+        old = self.links.get(key)
         keep_new = True
         if old is not None:
             if relay:
                 keep_new = False
             elif old.dialer != dialer:
-                keep_new = dialer == min(self.ident.node_id, session.hello.node_id)
-        self._trace(
+                keep_new = dialer == min(self.core.ident.node_id, session.hello.node_id)
+        self.core.trace(
             "link",
             peer=key,
             dialer=dialer,
@@ -150,17 +178,19 @@ class LinkLife:
             await self._read_link(link, st)
             link.closed.set()
             return link
-        with self._lock:
-            self._links[key] = link
+        with self.core.lock:
+            self.links[key] = link
             st.connected, st.last_seen = True, time.time()
         if old is not None:
             await outbox.detach()  # no frame of ours is on its way on the old link now
         outbox.attach(session.channel.send, lambda: ws.closed, link)
-        if (ev := self._link_up.pop(key, None)) is not None:
+        if (ev := self.link_up.pop(key, None)) is not None:
             ev.set()
-        self._notify()
+        self.core.notify()
         if not relay:
-            self.log(f"peer {link.name} ({key[:8]}) connected via {self.via_words.get(via, via)}")
+            self.core.log(
+                f"peer {link.name} ({key[:8]}) connected via {self.via_words.get(via, via)}"
+            )
         if old is not None:
             await self._retire(old)
         try:
@@ -168,15 +198,15 @@ class LinkLife:
         finally:
             if outbox.owner is link:
                 await outbox.detach()
-            if self._links.get(key) is link:
-                with self._lock:
-                    del self._links[key]
+            if self.links.get(key) is link:
+                with self.core.lock:
+                    del self.links[key]
                     st.connected = False
                 self._hold(key, outbox)
-                self._notify()
-                self._trace("unlinked", peer=key, bye=link.bye)
+                self.core.notify()
+                self.core.trace("unlinked", peer=key, bye=link.bye)
                 if not relay:
-                    self.log(f"peer {link.name} ({key[:8]}) disconnected")
+                    self.core.log(f"peer {link.name} ({key[:8]}) disconnected")
             link.closed.set()  # after it left _links: a dial loop waiting on it dials again
         return link
 
@@ -186,9 +216,9 @@ class LinkLife:
         if link.retiring:
             return
         link.retiring = True
-        with self._lock:
-            self.counters["links_retired"] += 1
-        self._trace("retire", peer=link.key, dialer=link.dialer)
+        with self.core.lock:
+            self.core.counters["links_retired"] += 1
+        self.core.trace("retire", peer=link.key, dialer=link.dialer)
         try:
             await link.send(KIND_MESSAGE, make_bye("duplicate_connection", "already connected."))
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
@@ -199,7 +229,7 @@ class LinkLife:
             await asyncio.sleep(self.handshake_timeout)
             await link.ws.close()
 
-        link.deadline = self._spawn(deadline())
+        link.deadline = self.spawn(deadline())
 
     async def _read_link(self, link: Link, st: PeerStats) -> None:
         try:
@@ -221,22 +251,22 @@ class LinkLife:
         raw = await read_raw(link.ws)
         if isinstance(raw, Closed):
             if raw.reason == "no_pong":  # asleep or off the Wi-Fi: counted, never muted
-                self.book.reject(link.key, raw.reason, mute=False)
+                self.core.book.reject(link.key, raw.reason, mute=False)
             elif raw.reason:  # transport-level junk: nobody proved they sent it
-                self._reject(link.addr, raw.reason)
+                self.core.reject(link.addr, raw.reason)
             return True
         if isinstance(raw, str):
-            self._reject(link.addr, "bad_frame")
+            self.core.reject(link.addr, "bad_frame")
             return True
         try:
             kind, data = link.session.channel.open(raw)
         except LinkBroken:  # not from the authenticated peer: drop the link, blame the address
-            self._reject(link.addr, "bad_frame")
+            self.core.reject(link.addr, "bad_frame")
             return True
-        with self._lock:
+        with self.core.lock:
             st.last_seen = time.time()
         if kind == KIND_SEALED:
-            if self._on_sealed(link, data):
+            if self.on_sealed(link, data):
                 await send_bye(link.session, link.ws, "muted", "too many rejected messages.")
                 return True
             return False
@@ -249,7 +279,7 @@ class LinkLife:
         if isinstance(msg, Bye):
             link.bye = msg.reason
             if msg.reason == "same_identity":
-                self.log(f"peer {link.name}: {clean(msg.message, 300)}")
+                self.core.log(f"peer {link.name}: {clean(msg.message, 300)}")
             if msg.reason == "duplicate_connection" and not link.retiring:
                 # the peer keeps another link to us: our queue waits for it (HOLD_S); our own
                 # goodbye, after our last frame here, lets the peer stop reading this one
@@ -261,13 +291,10 @@ class LinkLife:
 
     async def _refuse(self, link: Link, reason: str) -> bool:
         """The authenticated peer sent something bad: charge it; True when now muted."""
-        if self._reject(link.key, reason):
+        if self.core.reject(link.key, reason):
             await send_bye(link.session, link.ws, "muted", "too many rejected messages.")
             return True
         return False
-
-    def _on_sealed(self, link: Link, data: bytes) -> bool:
-        raise NotImplementedError
 
 
 async def send_bye(session: Session, ws, reason: str, message: str) -> None:

@@ -1,14 +1,23 @@
 """NetworkTransport: the real swarm. Publishing and receiving: batches are signed, sealed for
 the room and queued to every link; sealed batches that arrive are opened, verified, charged to
 whoever is provably at fault (the signer, or else the route) and handed to the trainer through a
-byte-bounded, fair inbox. publish() and receive() never wait for the network. The links
-themselves are in links.py (listening), dialing.py (dialing) and link_life.py (one link).
+byte-bounded, fair inbox. publish() and receive() never wait for the network.
+
+A NetworkTransport is put together from parts, each given what it uses in its constructor:
+netcore.py (identity, lock, counters, peer book, log), link_life.py (the links and each peer's
+queue), listener.py (the server and its handshakes), dialing.py (manual peers, the relay, LAN
+adverts, waking up), intake.py (opening and verifying what arrives), stats_channel.py (members'
+figures going out), publish_pace.py, and nats_transport.py's route when the relay is NATS. This
+class runs them on one asyncio loop in its own thread, starts and stops them in order, and is the
+trainer's Transport.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 
 from aiohttp import web
@@ -16,21 +25,25 @@ from aiohttp import web
 from ..data.rollout import RolloutError, groups_of
 from .admission import Admissions, serve_admission
 from .batches import make_rollouts, seal
+from .dialing import Dialer
 from .guard import GuardLimits
 from .handshake import KIND_SEALED
 from .identity import Identity
 from .intake import Intake
-from .link_life import Link
-from .links import LinkLayer
+from .link_life import Link, LinkTable
+from .listener import Listener
+from .loop_thread import run_service_loop
 from .nats_room import is_nats_url
 from .nats_transport import NatsRoute
+from .netcore import NetCore
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
+from .publish_pace import PublishPace
 from .roomkey import RoomKeys, describe_room, room_keys
 from .stats_channel import StatsChannel
 
 
-class NetworkTransport(StatsChannel, LinkLayer):
+class NetworkTransport:
     """Transport over websockets; see the module docstring. Call start() before use, close() after.
 
     room/secret: the room's name and credential (a `sapo1-` room key, a passphrase, or "" for an
@@ -74,59 +87,187 @@ class NetworkTransport(StatsChannel, LinkLayer):
         log: Callable[[str], None] = print,
     ) -> None:
         keys = keys or room_keys(room, secret)
-        super().__init__(
+        self.core = core = NetCore(
             identity,
             keys,
-            listen=listen,
-            peers=peers,
-            relay=relay,
-            mdns=mdns,
-            mdns_interfaces=mdns_interfaces,
+            name=name or identity.name,
             model=model,
             backend=backend,
-            name=name,
-            heartbeat=heartbeat,
-            handshake_timeout=handshake_timeout,
-            queue_limit=queue_limit,
-            reconnect_base=reconnect_base,
-            reconnect_max=reconnect_max,
+            log=log,
             reject_threshold=reject_threshold,
             reject_window=reject_window,
             mute_base=mute_base,
             max_tracked=max_tracked,
-            guard=guard,
-            log=log,
         )
+        self.listen, self.manual, self.relay_url, self.mdns = listen, list(peers), relay, mdns
         self.room = keys.lan_id
         self.admissions = admissions
+        self.table = LinkTable(
+            core,
+            handshake_timeout=handshake_timeout,
+            queue_limit=queue_limit,
+            on_sealed=self._on_sealed,
+            spawn=self._spawn,
+        )
+        self.dialer = Dialer(
+            core,
+            self.table,
+            port=lambda: self.listener.port,
+            heartbeat=heartbeat,
+            handshake_timeout=handshake_timeout,
+            reconnect_base=reconnect_base,
+            reconnect_max=reconnect_max,
+            mdns_interfaces=mdns_interfaces,
+        )
+        self.listener = Listener(
+            core,
+            self.table,
+            listen=listen,
+            heartbeat=heartbeat,
+            handshake_timeout=handshake_timeout,
+            guard=guard,
+            is_lan=self.dialer.lan.__contains__,
+            routes=self._routes,
+        )
         self.intake = Intake(
             identity.node_id,
             keys,
-            self.book,
+            core.book,
             window_s=window_s,
             stale_rounds=stale_rounds,
             inbox_limit=inbox_limit,
             inbox_bytes=inbox_bytes,
             max_batches_per_minute=max_batches_per_minute,
-            notify=self._notify,
+            notify=core.notify,
         )
         self.verifier, self.inbox = self.intake.verifier, self.intake.inbox
-        self._sent_times: deque[float] = deque()  # when recent batches were published (pacing)
-        self._paced_said = -1e9
-        # members' per-round stats (publish_stats, on_stats) come in through the intake too
+        self.pace = PublishPace(core, max_batches_per_minute)
         self.nats: NatsRoute | None = None
         if is_nats_url(relay):  # the room over a NATS server or cluster, sharded
             self.nats = NatsRoute(
                 relay,
                 keys.relay_id,
                 self.intake,
-                name=self.name,
+                name=core.name,
                 budget_groups=max_inbound_groups,
                 log=log,
                 **(nats_options or {}),
             )
+        # members' figures and progress go out through it (publish_stats, publish_progress,
+        # send_goodbye, announce; on_stats hears members'), and come in through the intake
+        self.stats = StatsChannel(core, self.table, self.intake, self.nats, lambda: self._loop)
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
         if keys.is_open:
             log(describe_room(keys))
+
+    # ----------------------------------------------------------------- who, as the parts see it
+    @property
+    def ident(self) -> Identity:
+        return self.core.ident
+
+    @property
+    def keys(self) -> RoomKeys:
+        return self.core.keys
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    model = property(lambda self: self.core.model)  # what handshakes tell peers (tell_peers)
+    backend = property(lambda self: self.core.backend)
+
+    @property
+    def log(self) -> Callable[[str], None]:
+        return self.core.log
+
+    @log.setter
+    def log(self, log: Callable[[str], None]) -> None:  # e.g. quiet after a run's summary
+        self.core.log = log
+
+    @property
+    def counters(self) -> Counter:
+        return self.core.counters
+
+    book = property(lambda self: self.core.book)
+    port = property(lambda self: self.listener.port)
+    guard = property(lambda self: self.listener.guard)
+
+    @property
+    def via_words(self) -> dict[str, str]:
+        return self.table.via_words
+
+    @via_words.setter
+    def via_words(self, words: dict[str, str]) -> None:
+        self.table.via_words = words
+
+    def tell_peers(self, model: str, backend: str) -> None:
+        """What handshakes from now on tell peers this node trains (its model, once loaded, and
+        `kind/device`); links made before keep what they were told."""
+        with self.core.lock:
+            self.core.model, self.core.backend = model, backend
+
+    def tune(self, **timings: float) -> NetworkTransport:
+        """Change link timings (heartbeat, handshake_timeout, reconnect_base, reconnect_max) in
+        every part that uses them, from the next link or dial on (tests: loopback's)."""
+        users = {"heartbeat": (self.listener, self.dialer), "reconnect_base": (self.dialer,)}
+        users |= {"handshake_timeout": (self.listener, self.dialer, self.table)}
+        users |= {"reconnect_max": (self.dialer,)}
+        for key, value in timings.items():
+            if key not in users:
+                raise TypeError(f"tune() has no timing {key!r}")
+            for part in users[key]:
+                setattr(part, key, value)
+        return self
+
+    # ----------------------------------------------------------------- thread and loop
+    def start(self, timeout: float = 30.0):
+        """Start the network thread (a second call does nothing: `join` starts its node's
+        network before the model loads, so the class sees it from the start). A start that
+        failed leaves it unstarted: the next call tries again and raises its own error; one
+        that timed out is waited for again by the next call, which raises again if it is still
+        not up."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._thread_main, name="sapo-net", daemon=True)
+            self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("the network thread did not start in time.")
+        if self._error:  # its thread has ended: a later start() tries again (and says why)
+            error, self._error = self._error, None
+            self._thread.join(timeout)
+            self._thread = None
+            self._ready.clear()
+            raise error
+        return self
+
+    def close(self, timeout: float = 10.0) -> None:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+        try:
+            fut.result(timeout)
+        except Exception:  # noqa: BLE001 - best effort; the loop is stopped below regardless
+            self.core.count("stop_timed_out")
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread:
+            self._thread.join(timeout)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until predicate() holds (re-checked on every network event) or timeout."""
+        return self.core.wait_for(predicate, timeout)
+
+    def _thread_main(self) -> None:
+        run_service_loop(self)  # runs _startup, sets _loop, _ready and _error
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     # ----------------------------------------------------------------- public (any thread)
     def publish(self, payload: bytes) -> None:
@@ -140,49 +281,20 @@ class NetworkTransport(StatsChannel, LinkLayer):
             return
         if not groups:
             return
-        if any(g.producer != self.ident.node_id for g in groups):
+        if any(g.producer != self.core.ident.node_id for g in groups):
             self.log(
                 "not publishing: groups must name this node's id as producer (peers refuse others)."
             )
             return
-        if not self._pace():
+        if not self.pace.take():
             return
         msg, batch_id = make_rollouts(self.ident, self.keys, payload, max(g.round for g in groups))
         if len(msg) > MAX_MESSAGE_BYTES:
-            with self._lock:
-                self.counters["publish_too_large"] += 1
+            self.core.count("publish_too_large")
             self.log(f"a batch of {len(msg)} bytes is over the 1 MiB message limit; not sent.")
             return
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._broadcast, seal(self.keys, msg), batch_id)
-
-    def _pace(self) -> bool:
-        """Stay under the batches per minute that peers accept (theirs default to ours): a batch
-        over it is not sent (counted, said once a minute) rather than refused and counted
-        against this node by every peer, which would end in a mute. The minute's budget is
-        spread: at most a sixth of it (rounded up) in any 10 s, so a node whose rounds take
-        milliseconds (a tiny model) does not spend the whole minute in its first seconds,
-        before its peers are even connected, and then fall silent."""
-        now = time.monotonic()
-        per_minute = self.intake.max_batches_per_minute
-        with self._lock:
-            sent = self._sent_times
-            while sent and sent[0] < now - 60.0:
-                sent.popleft()
-            recent = sum(1 for t in sent if t >= now - 10.0)
-            if len(sent) < per_minute and recent < -(-per_minute // 6):
-                sent.append(now)
-                return True
-            self.counters["publish_paced"] += 1
-            say = now - self._paced_said >= 60.0
-            if say:
-                self._paced_said = now
-        if say:
-            self.log(
-                f"publishing faster than the {self.intake.max_batches_per_minute} batches a "
-                "minute peers accept: extra batches are not sent (training goes on)"
-            )
-        return False
 
     def receive(self) -> list[tuple[str, bytes]]:
         """What arrived since the last call; one call per round (the NATS budget's clock)."""
@@ -194,12 +306,13 @@ class NetworkTransport(StatsChannel, LinkLayer):
         """e.g. '2 peers connected (1 lan, 1 manual); relay up, 3 more heard through it in 5 min'
         ('0 peers connected; relay up, 3 nodes heard in 5 min' when the relay carries all)."""
         recent = time.time() - 300.0
-        with self._lock:
-            direct = [s.via for k, s in self._stats.items() if k in self._links and s.node_id]
-            relay_up = any(k.startswith("relay:") for k in self._links)
+        with self.core.lock:
+            links = self.table.links
+            direct = [s.via for k, s in self.book.stats.items() if k in links and s.node_id]
+            relay_up = any(k.startswith("relay:") for k in links)
             heard = sum(
                 1
-                for s in self._stats.values()
+                for s in self.book.stats.values()
                 if s.node_id and s.via == "relay" and s.last_seen > recent
             )
         vias = Counter(direct)
@@ -225,37 +338,47 @@ class NetworkTransport(StatsChannel, LinkLayer):
 
     def connected(self) -> list[str]:
         """Keys of the live links: peer node ids and 'relay:URL'."""
-        with self._lock:
+        with self.core.lock:
             up = self.nats is not None and self.nats.up
-            return list(self._links) + ([self.nats.key] if up else [])  # type: ignore[union-attr]
+            return list(self.table.links) + ([self.nats.key] if up else [])  # type: ignore[union-attr]
 
     def lan_peers(self) -> set[str]:
         """Node ids that LAN discovery currently shows in this room."""
-        with self._lock:
-            return set(self._lan)
+        with self.core.lock:
+            return set(self.dialer.lan)
 
     # ----------------------------------------------------------------- loop side
     def _routes(self, app: web.Application) -> None:
         if self.admissions is not None:
-            app.router.add_get("/admit", serve_admission(self.admissions, self.log, self._notify))
+            app.router.add_get(
+                "/admit", serve_admission(self.admissions, self.log, self.core.notify)
+            )
 
     async def _startup(self) -> None:
-        await super()._startup()
+        """On the network's loop (loop_thread.py): listen, then dial and browse, then NATS."""
+        await self.listener.start()
+        relay = "" if is_nats_url(self.relay_url) else self.relay_url  # NATS: its own route
+        await self.dialer.start(self.manual, relay, self.mdns)
         if self.nats is not None:
             await self.nats.start()
 
     async def _shutdown(self) -> None:
         if self.nats is not None:
             await self.nats.close()
-        await super()._shutdown()
+        self.listener.stop_listening()
+        await self.dialer.stop()
+        for t in list(self._tasks):
+            t.cancel()
+        await self.table.close_all()
+        await self.listener.close()
+        await self.dialer.close_session()
 
     def _broadcast(self, sealed: bytes, batch_id: str) -> None:
         self.verifier.remember(self.ident.node_id, batch_id, "self")  # our echo is not news
-        self._queue_all(KIND_SEALED, sealed)
+        self.table.queue_all(KIND_SEALED, sealed)
         if self.nats is not None:
             self.nats.publish(sealed)
-        with self._lock:
-            self.counters["published"] += 1
+        self.core.count("published")
 
     def _on_sealed(self, link: Link, data: bytes) -> bool:
         """Open, verify and deliver one sealed batch; True when the link should be dropped."""

@@ -1,4 +1,4 @@
-"""Members' stats on the sending side, as a part of NetworkTransport (mixed in): this node's
+"""Members' stats on the sending side, a part of network.py's NetworkTransport: this node's
 recent figures signed, sealed and queued for every link (and the NATS route), its progress paced
 to one message every PROGRESS_EVERY seconds, and the host's goodbye sent at once.
 """
@@ -8,32 +8,37 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .batches import seal
 from .handshake import KIND_SEALED
-from .identity import Identity
+from .intake import Intake
+from .link_life import LinkTable
+from .nats_transport import NatsRoute
+from .netcore import NetCore
 from .progress import PROGRESS_EVERY, PROGRESS_REPEAT, Progress, ProgressSender
-from .roomkey import RoomKeys
 from .stats import RoundStats, make_progress, make_stats
 from .stats_intake import VerifiedStats
 
 
 class StatsChannel:
-    """The stats half of NetworkTransport (mixed in): publish this node's recent figures to
-    every link (and the NATS route), and hand what members send to `on_stats`."""
+    """Publish this node's recent figures to every link of `table` (and the NATS route), and
+    hand what members send (through `intake`) to `on_stats`. `loop()`: the network's loop, None
+    before it starts (nothing is sent then)."""
 
-    # provided by LinkLayer / NetworkTransport
-    ident: Identity
-    keys: RoomKeys
-    counters: Any
-    intake: Any
-    nats: Any
-    log: Callable[[str], None]
-    _links: dict
-    _lock: Any
-    _queue_all: Callable[[int, bytes], None]
-    _loop: Any
+    def __init__(
+        self,
+        core: NetCore,
+        table: LinkTable,
+        intake: Intake,
+        nats: NatsRoute | None,
+        loop: Callable[[], asyncio.AbstractEventLoop | None],
+        *,
+        progress_every: float = PROGRESS_EVERY,
+        progress_repeat: float = PROGRESS_REPEAT,
+    ) -> None:
+        self.core, self.table, self.intake, self.nats, self.loop = core, table, intake, nats, loop
+        self.progress_every, self.progress_repeat = progress_every, progress_repeat
+        self._progress_sender: ProgressSender | None = None
 
     @property
     def on_stats(self) -> Callable[[VerifiedStats], None] | None:
@@ -42,30 +47,30 @@ class StatsChannel:
     @on_stats.setter
     def on_stats(self, handler: Callable[[VerifiedStats], None] | None) -> None:
         """Set before start(): over NATS, only a node with a handler hears the stats subject."""
-        self.intake.stats.on_stats, self.intake.stats.log = handler, self.log
-        if self.nats is not None:  # set in NetworkTransport.__init__, before any caller
+        self.intake.stats.on_stats, self.intake.stats.log = handler, self.core.log
+        if self.nats is not None:
             self.nats.want_stats = handler is not None
 
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
         """Sign, seal and queue this node's recent figures for every link (never waits)."""
-        msg, stats_id = make_stats(self.ident, self.keys, rounds)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._broadcast_stats, seal(self.keys, msg), stats_id)
+        msg, stats_id = make_stats(self.core.ident, self.core.keys, rounds)
+        if (loop := self.loop()) is not None:
+            loop.call_soon_threadsafe(self._broadcast_stats, seal(self.core.keys, msg), stats_id)
 
     def publish_progress(self, progress: Progress) -> None:
         """Queue what this node is doing now for the class (any thread, never waits): at most one
         message every PROGRESS_EVERY seconds goes out, the newest state (progress.py)."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._offer_progress, progress)
+        if (loop := self.loop()) is not None:
+            loop.call_soon_threadsafe(self._offer_progress, progress)
 
     def _offer_progress(self, progress: Progress) -> None:
-        sender = getattr(self, "_progress_sender", None)
+        sender = self._progress_sender
         if sender is None:
             sender = self._progress_sender = ProgressSender(
                 self._send_progress,
-                self._loop.call_later,
-                every=getattr(self, "progress_every", PROGRESS_EVERY),
-                repeat=getattr(self, "progress_repeat", PROGRESS_REPEAT),
+                asyncio.get_running_loop().call_later,
+                every=self.progress_every,
+                repeat=self.progress_repeat,
             )
         sender.offer(progress)
 
@@ -73,9 +78,10 @@ class StatsChannel:
         """Send `progress` (the host's "ended") at once on every link and NATS's end subject, and
         wait (at most `timeout`) until each link's socket (and the NATS server) has taken it;
         returns the links that took it (NATS counts as one)."""
-        if self._loop is None or not self._loop.is_running():
+        loop = self.loop()
+        if loop is None or not loop.is_running():
             return 0
-        fut = asyncio.run_coroutine_threadsafe(self._goodbye(progress, timeout), self._loop)
+        fut = asyncio.run_coroutine_threadsafe(self._goodbye(progress, timeout), loop)
         try:
             return fut.result(timeout + 2.0)
         except Exception:  # noqa: BLE001 - a closing loop: nobody to tell
@@ -84,19 +90,20 @@ class StatsChannel:
     def announce(self, progress: Progress) -> None:
         """Send `progress` (the host's join code in force) at once on every link and NATS's end
         subject, as the goodbye goes, without waiting for it (any thread)."""
-        if self._loop is not None and self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._goodbye(progress, 3.0), self._loop)
+        loop = self.loop()
+        if loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._goodbye(progress, 3.0), loop)
 
     async def _goodbye(self, progress: Progress, timeout: float) -> int:
-        msg, stats_id = make_progress(self.ident, self.keys, progress)
-        sealed = seal(self.keys, msg)
-        self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
+        msg, stats_id = make_progress(self.core.ident, self.core.keys, progress)
+        sealed = seal(self.core.keys, msg)
+        self.intake.stats.verifier.remember(self.core.ident.node_id, stats_id, "self")
         waits = []
-        for link in self._links.values():
+        for link in self.table.links.values():
             link.outbox.put(KIND_SEALED, sealed)
             waits.append((link, link.outbox.sent + len(link.outbox.queue)))
         deadline = time.monotonic() + timeout
-        nats = getattr(self, "nats", None)  # and the NATS end subject, which students hear
+        nats = self.nats  # and the NATS end subject, which students hear
         said = nats is not None and await nats.say_goodbye(sealed, timeout)
         while time.monotonic() < deadline and any(
             o.outbox.sent < n and not o.ws.closed for o, n in waits
@@ -105,15 +112,12 @@ class StatsChannel:
         return sum(o.outbox.sent >= n for o, n in waits) + int(said)
 
     def _send_progress(self, progress: Progress) -> None:
-        msg, stats_id = make_progress(self.ident, self.keys, progress)
-        self._broadcast_stats(seal(self.keys, msg), stats_id)
+        msg, stats_id = make_progress(self.core.ident, self.core.keys, progress)
+        self._broadcast_stats(seal(self.core.keys, msg), stats_id)
 
     def _broadcast_stats(self, sealed: bytes, stats_id: str) -> None:
-        self.intake.stats.verifier.remember(self.ident.node_id, stats_id, "self")
-        self._queue_all(KIND_SEALED, sealed)
-        if (
-            self.nats is not None
-        ):  # set in NetworkTransport.__init__, before any caller  # to whoever hosts a class view
+        self.intake.stats.verifier.remember(self.core.ident.node_id, stats_id, "self")
+        self.table.queue_all(KIND_SEALED, sealed)
+        if self.nats is not None:  # to whoever hosts a class view
             self.nats.publish(sealed, subject=self.nats.stats_subject)
-        with self._lock:
-            self.counters["stats_published"] += 1
+        self.core.count("stats_published")

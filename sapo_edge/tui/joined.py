@@ -39,8 +39,8 @@ def run_join_dashboard(joined: Joined) -> int:
         )
         watcher.on_path = lambda text: callback.post(PathChanged(text))
         watchers.append(watcher.start())
-        joined.transport.keep_open = True  # after its rounds: still told when the class ends
-        node = run_single(cfg, joined.callback(callback), log, control, joined.transport)
+        joined.session.keep_open = True  # after its rounds: still told when the class ends
+        node = run_single(cfg, joined.callback(callback), log, control, joined.session)
         if node.round >= cfg.rounds:  # every round done (not stopped, not failed)
             done.set()
         return node
