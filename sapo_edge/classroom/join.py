@@ -303,6 +303,6 @@ def join_class(
     checked = cfg if verdict in ("ok", "warn") and not device.startswith("cuda") else None
     session = Session.for_network(transport, machine=machine, memory_checked=checked)
     joined = Joined(code, invite, cfg, session, relay, role, notes, dict(local))
-    transport.continue_command = joined.continue_command  # type: ignore[attr-defined]
+    session.continue_command = joined.continue_command
     joined.hear_the_host()
     return joined

@@ -28,6 +28,9 @@ class RunControl:
         # what the exit summary reads once the loop has ended (set by run_rounds)
         self.node: Any = None
         self.start_round = 0
+        # the command that continues this run, when its session knows its own (a class
+        # member's `sapo-edge join CODE ...`); None: the summary makes a `run --resume` one
+        self.again: Callable[..., str] | None = None
         self.outcome = ""  # "done" | "stopped" | "failed" ("" while running)
 
     # ------------------------------------------------------------------ UI side

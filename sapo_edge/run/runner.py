@@ -40,6 +40,8 @@ def run_single(
     if not cfg.out_dir:  # the CLI sets it; other callers get a new folder in the data folder
         cfg = prepare_out_dir(cfg, "run")
     session = session or Session.for_run(cfg, log)
+    if control is not None:
+        control.again = session.continue_command
     if session.networked:
         callback = _NetStatus(callback, session.transport)
     node = session.build(cfg, callback, log)
@@ -91,7 +93,13 @@ def run_headless(
             error = explain(e, cfg.out_dir)
     outcome = "failed" if error else "stopped" if forced else control.outcome or "stopped"
     text = exit_summary(
-        cfg, control.node, outcome, start_round=control.start_round, headless=True, error=error
+        cfg,
+        control.node,
+        outcome,
+        start_round=control.start_round,
+        headless=True,
+        error=error,
+        again=control.again,
     )
     _say_line(text, sys.stderr if error else sys.stdout)
     if error:

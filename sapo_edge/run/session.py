@@ -35,6 +35,7 @@ class Session:
     machine: tuple[str, str] | None = None
     memory_checked: Config | None = None
     keep_open: bool = False  # its network stays open after the run (the caller closes it)
+    continue_command: Callable[..., str] | None = None  # join's: the summary's way to go on
     started: bool = False
 
     @classmethod

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ def exit_summary(
     start_round: int = 0,
     headless: bool = False,
     error: tuple[str, str] | None = None,
+    again: Callable[..., str] | None = None,
 ) -> str:
-    """The lines printed after the run; `node` is None when it never got as far as a model."""
+    """The lines printed after the run; `node` is None when it never got as far as a model.
+    `again`: the run's own command to go on (continue_command)."""
     lines = []
     if error is not None:
         title, remedy = error
@@ -63,7 +66,9 @@ def exit_summary(
     if node.metrics_path.exists():
         lines.append(f"  metrics    {node.metrics_path.resolve()}")
     more = done >= total
-    command = continue_command(cfg, node, headless=headless, resume=saved is not None, more=more)
+    command = continue_command(
+        cfg, node, headless=headless, resume=saved is not None, more=more, again=again
+    )
     label = "train more" if more else "continue  " if saved is not None else "start again"
     lines.append(f"  {label} {command}")
     if cfg.secret:
@@ -71,13 +76,20 @@ def exit_summary(
     return "\n".join(lines)
 
 
-def continue_command(cfg: Config, node: Any, *, headless: bool, resume: bool, more: bool) -> str:
+def continue_command(
+    cfg: Config,
+    node: Any,
+    *,
+    headless: bool,
+    resume: bool,
+    more: bool,
+    again: Callable[..., str] | None = None,
+) -> str:
     """The node's own saved settings (config.json, which never holds the secret) plus the flags
     that continue it: works from any folder, whatever flags, presets or files started it. A
-    class member's transport knows its own command (`sapo-edge join CODE ...`)."""
-    own = getattr(getattr(node, "transport", None), "continue_command", None)
-    if callable(own):
-        return own(headless=headless, more=more)
+    class member's session knows its own command (`again`: `sapo-edge join CODE ...`)."""
+    if again is not None:
+        return again(headless=headless, more=more)
     args = [_program(), "run"]
     if headless:
         args.append("--headless")
