@@ -244,7 +244,7 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
     passes the student's dashboard from tui/)."""
     from ..backends import select_backend
     from .join import join_class
-    from .join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
+    from .join_status import CLASS_ENDED_TITLE, class_ended_remedy, follow_class
 
     if not args.code:
         from .join import JoinError
@@ -265,16 +265,14 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
         return dashboard(joined)
     from ..run.runner import run_headless
 
-    name = joined.cfg.name
-    watcher = PathWatcher(
+    name, remedy = joined.cfg.name, class_ended_remedy("Ctrl-C")
+    watcher = follow_class(
         joined,
         say=lambda text: _say(f"{name:>8} {text}"),
         warn=lambda title, remedy: _say(f"{name:>8} {title}: {remedy}"),
         clear=lambda title: _say(f"{name:>8} resolved: {title} (no longer holds)"),
-    ).start()
-    remedy = class_ended_remedy("Ctrl-C")
-    joined.on_class_ended.append(lambda: _say(f"{name:>8} {CLASS_ENDED_TITLE}: {remedy}"))
-    joined.start_network()  # the class sees this laptop while its model loads
+        ended=lambda: _say(f"{name:>8} {CLASS_ENDED_TITLE}: {remedy}"),
+    )
     try:
         return run_headless(joined.cfg, session=joined.session, wrap=joined.callback)
     finally:

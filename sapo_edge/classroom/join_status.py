@@ -43,6 +43,27 @@ NO_PATH_TITLE = "Cannot reach the class"
 CLOCK_TITLE = "This laptop's clock looks wrong"
 
 
+def follow_class(
+    joined: Joined,
+    *,
+    say: Callable[[str], None],
+    warn: Callable[[str, str], None],
+    clear: Callable[[str], None],
+    ended: Callable[[], None],
+    on_path: Callable[[str], None] | None = None,
+) -> PathWatcher:
+    """What a student's run shows of the class, headless or in its dashboard: which path carries
+    it (`say`, and `on_path` for a header), what to check while none does (`warn`, `clear`) and
+    the teacher's end (`ended`, once, on the network's thread); then its network starts, so the
+    class sees this laptop while its model loads. stop() the watcher when the run ends."""
+    joined.on_class_ended.append(ended)
+    watcher = PathWatcher(joined, say, warn, clear=clear)
+    watcher.on_path = on_path
+    watcher.start()
+    joined.start_network()
+    return watcher
+
+
 class PathWatcher:
     """Says which path carries this laptop into the class whenever that changes (`say`), and
     once per outage, after NO_PATH_AFTER seconds without any, what to check (`warn(title,

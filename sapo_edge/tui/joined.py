@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from ..classroom.join import Joined
-from ..classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy
+from ..classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy, follow_class
 from .app import run_dashboard
 from .messages import LogLine, PathChanged, Problem, ProblemCleared
 
@@ -23,22 +23,21 @@ def run_join_dashboard(joined: Joined) -> int:
         for note in joined.notes:
             log(f"room: {note}")
             callback.on_notice(cfg.name, f"room: {note}")
-        joined.start_network()  # the class sees this laptop while its model loads
 
         def class_ended() -> None:  # on the network thread: a banner and a log line
             remedy = class_ended_remedy("q", done=done.is_set())
             callback.post(Problem(CLASS_ENDED_TITLE, remedy, fatal=False))
             callback.post(LogLine(f"{CLASS_ENDED_TITLE}: {remedy}"))
 
-        joined.on_class_ended.append(class_ended)
-        watcher = PathWatcher(
+        watcher = follow_class(  # and the network starts: seen while its model loads
             joined,
             say=lambda text: callback.on_message(cfg.name, text),
             warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
             clear=lambda title: callback.post(ProblemCleared(title)),
+            ended=class_ended,
+            on_path=lambda text: callback.post(PathChanged(text)),
         )
-        watcher.on_path = lambda text: callback.post(PathChanged(text))
-        watchers.append(watcher.start())
+        watchers.append(watcher)
         joined.session.keep_open = True  # after its rounds: still told when the class ends
         node = run_single(cfg, joined.callback(callback), log, control, joined.session)
         if node.round >= cfg.rounds:  # every round done (not stopped, not failed)
