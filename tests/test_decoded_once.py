@@ -5,10 +5,10 @@ the one parser rollout.py calls for it."""
 
 from __future__ import annotations
 
-from swarm_util import WAIT, batch_for, group
+from swarm_util import WAIT, batch_for
 
 import sapo_edge.data.rollout as rollout
-from sapo_edge.data.rollout import Batch, RolloutError, decode_batch, encode_batch, groups_of
+from sapo_edge.data.rollout import decode_batch, groups_of
 
 
 def _count_parses(monkeypatch) -> list[int]:
@@ -37,21 +37,3 @@ def test_a_batch_is_parsed_once_between_publish_and_the_trainers_groups(nodes, m
     assert parses[0] == 1  # the receiver's verifier; not publish, not the trainer
     assert sender == a.ident.node_id and payload == sent
     assert groups == decode_batch(bytes(sent))  # the groups its bytes say, exactly
-
-
-def test_encode_batch_carries_exactly_the_groups_its_bytes_decode_to() -> None:
-    sent = [group("p" * 32, 3, i, rewards=(0.1 + i / 3, 1 / 7)) for i in range(4)]
-    batch = encode_batch(sent)
-    assert isinstance(batch, Batch) and list(batch.groups) == decode_batch(bytes(batch))
-    assert type(bytes(batch)) is bytes and bytes(batch) == batch  # the wire holds only the bytes
-
-
-def test_plain_bytes_are_still_decoded_and_refused_with_a_reason() -> None:
-    good = bytes(encode_batch([group("p" * 32)]))
-    assert groups_of(good) == decode_batch(good)
-    try:
-        groups_of(b"{not json")
-    except RolloutError as e:
-        assert e.reason
-    else:
-        raise AssertionError("junk decoded")

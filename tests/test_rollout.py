@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from sapo_edge.data.rollout import (
     DEFAULT_LIMITS,
     ROLLOUT_VERSION,
+    Batch,
     Limits,
     RolloutError,
     RolloutGroup,
     decode_batch,
     encode_batch,
+    groups_of,
 )
 from sapo_edge.data.tasks import TaskRef
 
@@ -732,3 +734,32 @@ def test_a_batch_names_at_most_five_unknown_fields_cut_to_40_characters():
     assert (
         str(e.value) == f"rollout batch has unknown field(s) {names}; send only version and groups."
     )
+
+
+# --- a Batch: decoded once on its way (tests/test_decoded_once.py follows one over the network)
+
+
+def test_encode_batch_carries_exactly_the_groups_its_bytes_decode_to() -> None:
+    sent = [group(round=i, rewards=(0.1 + i / 3, 1 / 7, 0.0), producer="p" * 32) for i in range(4)]
+    batch = encode_batch(sent)
+    assert isinstance(batch, Batch) and list(batch.groups) == decode_batch(bytes(batch))
+    assert groups_of(batch) == decode_batch(bytes(batch))
+    assert groups_of(batch) is not groups_of(batch)  # a fresh list each time
+    assert type(bytes(batch)) is bytes and bytes(batch) == batch  # the wire holds the bytes only
+
+
+def test_a_batch_from_the_verifier_is_read_not_parsed_again() -> None:
+    wire = bytes(encode_batch([group()]))
+    decoded = [group(question="not what the bytes say")]
+    assert groups_of(Batch(wire, decoded)) == decoded  # its groups, as the verifier left them
+    assert groups_of(wire) == [group()]  # plain bytes (the simulator's hub) are decoded
+
+
+def test_plain_bytes_are_decoded_with_the_limits_given_and_refused_with_a_reason() -> None:
+    wire = bytes(encode_batch([group(), group(round=13)]))
+    with pytest.raises(RolloutError) as e:
+        groups_of(wire, Limits(max_groups_per_batch=1))
+    assert e.value.reason == "too_large"
+    with pytest.raises(RolloutError) as e:
+        groups_of(b"{not json")
+    assert e.value.reason

@@ -373,14 +373,8 @@ def _finish(app: SapoDashboard, cfg: Config, outcome: str) -> int:
         kept = _keep_traceback(fatal.detail)  # the log pane that held it is gone
         error = (fatal.title, f"{fatal.remedy.split(' The full traceback')[0]} {kept}")
     outcome = "failed" if error else control.outcome or ("stopped" if app.forced else outcome)
-    text = exit_summary(
-        cfg,
-        control.node,
-        outcome,
-        start_round=control.start_round,
-        error=error,
-        again=control.again,
-    )
+    node, start, again = control.node, control.start_round, control.again
+    text = exit_summary(cfg, node, outcome, start_round=start, error=error, again=again)
     if app.forced and not app.training_done.is_set():
         text += "\n  (quit without waiting: the round in flight was not saved)"
     code = 1 if error else exit_code(app.signals[0]) if app.signals else 0
