@@ -37,3 +37,20 @@ def test_a_batch_is_parsed_once_between_publish_and_the_trainers_groups(nodes, m
     assert parses[0] == 1  # the receiver's verifier; not publish, not the trainer
     assert sender == a.ident.node_id and payload == sent
     assert groups == decode_batch(bytes(sent))  # the groups its bytes say, exactly
+
+
+def test_the_inbox_counts_a_batchs_decoded_groups_against_its_bytes() -> None:
+    """A flood of batches whose decoded groups take several times their wire size is bounded
+    by what they hold, not by their bytes: a sender cannot fill memory past inbox_bytes."""
+    from swarm_util import group
+
+    from sapo_edge.data.rollout import encode_batch
+    from sapo_edge.swarm.inbox import FairInbox
+
+    many = [group("m" * 32, 1, i, completions=("x",) * 64, rewards=(0.5,) * 64) for i in range(64)]
+    batch = encode_batch(many)
+    inbox = FairInbox(max_items=1000, max_bytes=20 * len(batch))
+    for _ in range(20):
+        inbox.put("m" * 32, batch)
+    assert inbox.bytes <= 20 * len(batch) and len(inbox) < 20 // 3 + 1  # ~footprint/len each
+    assert inbox.bytes == sum(b.footprint for _s, b in inbox.items)

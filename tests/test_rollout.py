@@ -763,3 +763,31 @@ def test_plain_bytes_are_decoded_with_the_limits_given_and_refused_with_a_reason
     with pytest.raises(RolloutError) as e:
         groups_of(b"{not json")
     assert e.value.reason
+
+
+def test_encode_refuses_what_only_the_peers_parser_refuses() -> None:
+    """A round of 10**18 passes a group's own checks (under 2**63) but not the wire parser's
+    digit cap: encode_batch runs the peers' parser, so it is never published to be refused
+    (and charged to this node) by every peer."""
+    RolloutGroup.from_dict(group(round=10**18).to_dict())  # a group's own checks pass it
+    with pytest.raises(RolloutError) as e:
+        encode_batch([group(round=10**18)])
+    assert e.value.reason == "huge_int"
+
+
+def test_a_batch_copies_and_pickles_with_its_groups() -> None:
+    import copy
+    import pickle
+
+    batch = encode_batch([group()])
+    for again in (copy.copy(batch), copy.deepcopy(batch), pickle.loads(pickle.dumps(batch))):
+        assert again == batch and again.groups == batch.groups
+
+
+def test_a_batch_costs_what_it_holds_not_its_wire_size() -> None:
+    """Decoded, many short completions take several times their bytes on the wire: the
+    footprint (what the network's inbox counts) covers the groups' objects too."""
+    many = [group(completions=("x",) * 64, rewards=(0.5,) * 64, round=i) for i in range(64)]
+    batch = encode_batch(many)
+    assert batch.footprint > 3 * len(batch)
+    assert batch.footprint == batch.footprint  # counted once, the same each time

@@ -176,10 +176,13 @@ def test_a_flood_of_big_valid_batches_from_many_identities_stays_within_the_inbo
     asyncio.run(go())
     assert node.wait_for(lambda: node.counters["delivered"] == 25, 10), node.counters
     assert node.inbox.bytes <= inbox_bytes
-    assert node.counters["inbox_dropped"] >= 12  # ~9 MB offered, 4 MB kept
+    # ~9 MB offered on the wire, about twice that held once decoded (the inbox counts both):
+    # 4 MB kept
+    assert node.counters["inbox_dropped"] >= 12
     got = node.receive()
     assert (honest.node_id, batch_for(honest)) in got  # the small honest batch survived
-    assert len({s for s, _ in got}) >= 10  # and the room is shared among the senders
+    senders = [s for s, _ in got]
+    assert len(set(senders)) == len(senders) >= 5  # and the room is shared: one batch each
 
 
 def test_the_pool_is_bounded_by_text_and_evicts_the_biggest_producer_first() -> None:

@@ -138,7 +138,8 @@ class Joined:
                             self.transport.log(f"could not show that the class ended: {e}")
 
         stats = self.transport.intake.stats
-        stats.on_stats, stats.log = heard, self.transport.log  # a failing handler says so
+        stats.on_stats = heard  # a failing handler says so, in the transport's log of the time
+        stats.log = lambda text: self.transport.log(text)
 
     def continue_command(self, *, headless: bool, more: bool) -> str:
         """What the run's summary prints to go on: `join` with the code in force (the host's
@@ -300,7 +301,8 @@ def join_class(
     machine = (kind, device) if kind else None  # chosen before admission: not chosen again
     # estimated above from the model's shape against this laptop's memory; a model estimated
     # only once fetched, or a GPU's own memory, is checked when the run loads it
-    checked = cfg if verdict in ("ok", "warn") and not device.startswith("cuda") else None
+    fitted = kind and verdict in ("ok", "warn") and not device.startswith("cuda")
+    checked = cfg if fitted else None
     session = Session.for_network(transport, machine=machine, memory_checked=checked)
     joined = Joined(code, invite, cfg, session, relay, role, notes, dict(local))
     session.continue_command = joined.continue_command

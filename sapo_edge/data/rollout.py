@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -208,6 +209,27 @@ class Batch(bytes):
         batch.groups = tuple(groups)
         return batch
 
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle keep the groups
+        return (Batch, (bytes(self), self.groups))
+
+    @property
+    def footprint(self) -> int:
+        """The memory it holds, its bytes and its groups' objects (what a byte-bounded queue of
+        batches counts: decoded text takes a few times its wire size)."""
+        size = self.__dict__.get("_footprint")
+        if size is None:
+            size = self._footprint = sys.getsizeof(bytes(self)) + sum(map(_held, self.groups))
+        return size
+
+
+def _held(g: RolloutGroup) -> int:
+    """A group's objects' bytes, near enough: the group, its strings, tuples, numbers and task."""
+    texts = (g.question, g.reference_answer or "", g.producer, g.model, *g.completions)
+    tuples = (g.completions, g.rewards, g.finished or ())
+    numbers = 32 * (len(g.rewards) + len(g.finished or ()) + 2)
+    task = sys.getsizeof(g.task_ref.key) * 3  # its id, params and their objects, roughly
+    return sys.getsizeof(g) + 64 + sum(map(sys.getsizeof, texts + tuples)) + numbers + task
+
 
 def groups_of(payload: bytes | str, limits: Limits = DEFAULT_LIMITS) -> list[RolloutGroup]:
     """The groups of an encoded batch: a Batch's own (decoded once already), else decoded now
@@ -219,21 +241,23 @@ def groups_of(payload: bytes | str, limits: Limits = DEFAULT_LIMITS) -> list[Rol
 
 def encode_batch(groups: Sequence[RolloutGroup], limits: Limits = DEFAULT_LIMITS) -> Batch:
     """UTF-8 JSON {"version": ROLLOUT_VERSION, "groups": [...]}; refuses anything decode_batch would
-    reject. The Batch carries the groups its bytes decode to (each checked from its dict)."""
+    reject: its bytes are checked with the peers' own parser (decode_batch, once, here), and the
+    Batch carries the groups that parse gave."""
     if len(groups) > limits.max_groups_per_batch:
         raise RolloutError(
             "too_large",
             f"batch has {len(groups)} groups, over the limit of {limits.max_groups_per_batch}; split it.",
         )
     dicts = [g.to_dict() for g in groups]
-    checked = [RolloutGroup.from_dict(d, limits) for d in dicts]  # never publish what peers reject
+    for d in dicts:
+        RolloutGroup.from_dict(d, limits)  # a group's own checks first (a NaN cannot be dumped)
     data = dumps_canonical({"version": ROLLOUT_VERSION, "groups": dicts}).encode("utf-8")
     if len(data) > limits.max_batch_bytes:
         raise RolloutError(
             "too_large",
             f"batch is {len(data)} bytes, over the {limits.max_batch_bytes}-byte limit; split it.",
         )
-    return Batch(data, checked)
+    return Batch(data, decode_batch(data, limits))  # never publish what a peer would reject
 
 
 def decode_batch(data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> list[RolloutGroup]:

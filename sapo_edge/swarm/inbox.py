@@ -1,11 +1,20 @@
 """The network's inbox of verified batches, waiting for the trainer: bounded by count and by
-bytes, and fair when full: the oldest batch of whichever sender holds the most bytes goes first,
-so a flood from many throwaway identities cannot push an honest peer's batch out.
+the bytes they hold (a batch's decoded groups counted with it), and fair when full: the oldest
+batch of whichever sender holds the most goes first, so a flood from many throwaway identities
+cannot push an honest peer's batch out.
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
+
+from ..data.rollout import Batch
+
+
+def held(payload: bytes) -> int:
+    """What a batch costs the inbox: the memory it holds (a verified Batch keeps its decoded
+    groups beside its bytes, a few times their wire size), else its length."""
+    return payload.footprint if isinstance(payload, Batch) else len(payload)
 
 
 class FairInbox:
@@ -21,8 +30,8 @@ class FairInbox:
     def put(self, sender: str, payload: bytes) -> int:
         """Add one batch; returns how many batches were evicted to make room."""
         self.items.append((sender, payload))
-        self.bytes += len(payload)
-        self.by_sender[sender] += len(payload)
+        self.bytes += held(payload)
+        self.by_sender[sender] += held(payload)
         evicted = 0
         while len(self.items) > 1 and (
             len(self.items) > self.max_items or self.bytes > self.max_bytes
@@ -36,8 +45,8 @@ class FairInbox:
         for i, (s, payload) in enumerate(self.items):
             if s == sender:
                 del self.items[i]
-                self.bytes -= len(payload)
-                self.by_sender[s] -= len(payload)
+                self.bytes -= held(payload)
+                self.by_sender[s] -= held(payload)
                 if self.by_sender[s] <= 0:
                     del self.by_sender[s]
                 return

@@ -99,7 +99,7 @@ class NetworkTransport:
             mute_base=mute_base,
             max_tracked=max_tracked,
         )
-        self.listen, self.manual, self.relay_url, self.mdns = listen, list(peers), relay, mdns
+        self.manual, self.relay_url, self.mdns = list(peers), relay, mdns  # read at start()
         self.room = keys.lan_id
         self.admissions = admissions
         self.table = LinkTable(
@@ -150,7 +150,7 @@ class NetworkTransport:
                 self.intake,
                 name=core.name,
                 budget_groups=max_inbound_groups,
-                log=log,
+                log=lambda text: core.log(text),
                 **(nats_options or {}),
             )
         # members' figures and progress go out through it (publish_stats, publish_progress,
@@ -193,6 +193,7 @@ class NetworkTransport:
         return self.core.counters
 
     book = property(lambda self: self.core.book)
+    listen = property(lambda self: self.listener.listen)
     port = property(lambda self: self.listener.port)
     guard = property(lambda self: self.listener.guard)
 

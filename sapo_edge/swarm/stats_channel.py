@@ -47,7 +47,8 @@ class StatsChannel:
     @on_stats.setter
     def on_stats(self, handler: Callable[[VerifiedStats], None] | None) -> None:
         """Set before start(): over NATS, only a node with a handler hears the stats subject."""
-        self.intake.stats.on_stats, self.intake.stats.log = handler, self.core.log
+        self.intake.stats.on_stats = handler
+        self.intake.stats.log = lambda text: self.core.log(text)
         if self.nats is not None:
             self.nats.want_stats = handler is not None
 
