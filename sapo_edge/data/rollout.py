@@ -7,6 +7,7 @@ producer's length limit); a version-1 batch is refused as "old_version".
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -212,14 +213,11 @@ class Batch(bytes):
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle keep the groups
         return (Batch, (bytes(self), self.groups))
 
-    @property
+    @functools.cached_property
     def footprint(self) -> int:
         """The memory it holds, its bytes and its groups' objects (what a byte-bounded queue of
         batches counts: decoded text takes a few times its wire size)."""
-        size = self.__dict__.get("_footprint")
-        if size is None:
-            size = self._footprint = sys.getsizeof(bytes(self)) + sum(map(_held, self.groups))
-        return size
+        return sys.getsizeof(bytes(self)) + sum(map(_held, self.groups))
 
 
 def _held(g: RolloutGroup) -> int:

@@ -39,7 +39,7 @@ class LanDial:
 class Dialer:
     """A node's dialing out; see the module docstring. Loop-confined, except `lan` (read under
     `core.lock`). Links it authenticates go to `table` (link_life.py); `port()` is the port this
-    node listens on (advertised by mDNS)."""
+    node listens on (advertised by mDNS); `spawn` runs a task the network cancels when it stops."""
 
     def __init__(
         self,
@@ -47,13 +47,14 @@ class Dialer:
         table: LinkTable,
         *,
         port: Callable[[], int],
+        spawn: Callable[[Any], asyncio.Task],
         heartbeat: float,
         handshake_timeout: float,
         reconnect_base: float,
         reconnect_max: float,
         mdns_interfaces: list[str] | None,
     ) -> None:
-        self.core, self.table, self.port = core, table, port
+        self.core, self.table, self.port, self._spawn = core, table, port, spawn
         self.heartbeat, self.handshake_timeout = heartbeat, handshake_timeout
         self.reconnect_base, self.reconnect_max = reconnect_base, reconnect_max
         self.mdns_interfaces = mdns_interfaces  # e.g. ["127.0.0.1"] in tests; None = all
@@ -65,7 +66,6 @@ class Dialer:
         self.session: aiohttp.ClientSession | None = None
         self.discovery: Any = None
         self.stopping = False  # an advert heard while discovery closes starts no dial loop
-        self._tasks: set[asyncio.Task] = set()
 
     # ----------------------------------------------------------------- start and stop
     async def start(self, manual: list[str], relay: str, mdns: bool) -> None:
@@ -83,7 +83,7 @@ class Dialer:
     async def stop(self) -> None:
         """Stop dialing and LAN discovery (links go on until the table closes them)."""
         self.stopping = True
-        for t in list(self.dials.values()) + list(self._tasks):
+        for t in self.dials.values():
             t.cancel()
         for d in self.lan_dials.values():
             self._cancel(d)
@@ -93,12 +93,6 @@ class Dialer:
     async def close_session(self) -> None:
         if self.session:
             await self.session.close()
-
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # ----------------------------------------------------------------- discovery
     async def _start_discovery(self) -> None:

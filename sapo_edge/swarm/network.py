@@ -113,6 +113,7 @@ class NetworkTransport:
             core,
             self.table,
             port=lambda: self.listener.port,
+            spawn=self._spawn,
             heartbeat=heartbeat,
             handshake_timeout=handshake_timeout,
             reconnect_base=reconnect_base,
@@ -214,9 +215,12 @@ class NetworkTransport:
     def tune(self, **timings: float) -> NetworkTransport:
         """Change link timings (heartbeat, handshake_timeout, reconnect_base, reconnect_max) in
         every part that uses them, from the next link or dial on (tests: loopback's)."""
-        users = {"heartbeat": (self.listener, self.dialer), "reconnect_base": (self.dialer,)}
-        users |= {"handshake_timeout": (self.listener, self.dialer, self.table)}
-        users |= {"reconnect_max": (self.dialer,)}
+        users = {
+            "heartbeat": (self.listener, self.dialer),
+            "handshake_timeout": (self.listener, self.dialer, self.table),
+            "reconnect_base": (self.dialer,),
+            "reconnect_max": (self.dialer,),
+        }
         for key, value in timings.items():
             if key not in users:
                 raise TypeError(f"tune() has no timing {key!r}")
@@ -367,9 +371,9 @@ class NetworkTransport:
         if self.nats is not None:
             await self.nats.close()
         self.listener.stop_listening()
-        await self.dialer.stop()
-        for t in list(self._tasks):
+        for t in list(self._tasks):  # retire deadlines, discovery starting, the wake-up watch
             t.cancel()
+        await self.dialer.stop()
         await self.table.close_all()
         await self.listener.close()
         await self.dialer.close_session()
