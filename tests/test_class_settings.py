@@ -169,6 +169,7 @@ def test_a_student_whose_clock_is_off_is_told_so() -> None:
     counters = Counter()
     transport = SimpleNamespace(
         port=1,
+        closed=False,
         mdns=False,
         counters=counters,
         connected=lambda: ["relay:ws://h:1"],
@@ -211,7 +212,12 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
 
     links: list[str] = []
     transport = SimpleNamespace(
-        port=1, mdns=False, counters=Counter(), connected=lambda: list(links), peers=lambda: []
+        port=1,
+        closed=False,
+        mdns=False,
+        counters=Counter(),
+        connected=lambda: list(links),
+        peers=lambda: [],
     )
     code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
     joined = SimpleNamespace(
@@ -278,6 +284,7 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
     looks = []
     transport = SimpleNamespace(
         port=1,
+        closed=False,
         mdns=False,
         counters=Counter(),
         connected=lambda: looks.append(1) or [],
@@ -304,3 +311,40 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
         watcher.stop()
     assert len(looks) >= 30 and warned == []
     assert said == ["class: the class has ended (the teacher's q)"]  # not "trying the LAN"
+
+
+def test_a_watcher_says_nothing_once_the_run_has_left_the_class_network() -> None:
+    """A headless student's run closes its network when its rounds are done; the watcher used to
+    tick on and print 'not in the class yet: trying ...' just before the run's summary. It ends
+    once the transport is closed."""
+    import time
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from sapo_edge.classroom.join_status import PathWatcher
+
+    links = ["relay:ws://h:1"]
+    transport = SimpleNamespace(
+        port=1,
+        closed=False,
+        mdns=False,
+        counters=Counter(),
+        connected=lambda: list(links),
+        peers=lambda: [],
+    )
+    code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
+    joined = SimpleNamespace(transport=transport, code=code, relay="ws://h:1", host_address="h:1")
+    said: list[str] = []
+    watcher = PathWatcher(joined, said.append, lambda _t, _r: None, every=0.02).start()
+    try:
+        deadline = time.monotonic() + 5
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert said == ["class: in the class via the host's relay (0 members heard)"]
+        transport.closed = True
+        links.clear()  # what a closed network shows
+        watcher._thread.join(5)
+        assert not watcher._thread.is_alive()
+        assert said == ["class: in the class via the host's relay (0 members heard)"]
+    finally:
+        watcher.stop()

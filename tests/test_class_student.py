@@ -72,6 +72,7 @@ def test_the_header_says_the_class_ended_while_classmates_are_still_linked() -> 
     classmate = PeerInfo(node_id="b" * 32, connection="lan")
     transport = SimpleNamespace(
         port=1,
+        closed=False,
         mdns=True,
         counters=Counter(),
         connected=lambda: [classmate.node_id],

@@ -99,6 +99,8 @@ class PathWatcher:
     def _run(self) -> None:
         lost_since, warned, clock_warned = self.clock(), False, False
         while not self._stop.wait(self.every):
+            if self.joined.transport.closed:  # the run left the class's network: nothing to say
+                return
             try:
                 ok, text = class_path(self.joined)
                 expired = expired_count(self.joined.transport)

@@ -162,6 +162,7 @@ class NetworkTransport:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self.closed = False  # close() was called: this node has left its room's network
         if keys.is_open:
             log(describe_room(keys))
 
@@ -249,6 +250,7 @@ class NetworkTransport:
         return self
 
     def close(self, timeout: float = 10.0) -> None:
+        self.closed = True
         loop = self._loop
         if loop is None or not loop.is_running():
             return
