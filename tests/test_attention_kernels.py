@@ -89,7 +89,7 @@ def test_cpu_attention_groups_the_heads_in_the_kernel_with_the_same_result(tiny_
     sdpa, seen = F.scaled_dot_product_attention, []
 
     def recorded(q, k, v, *args, **kwargs):
-        seen.append((q.shape[1], k.shape[1], bool(kwargs.get("enable_gqa"))))
+        seen.append((q.shape[1], k.shape[1], bool(kwargs.get("enable_gqa")), q.shape[2]))
         return sdpa(q, k, v, *args, **kwargs)
 
     monkeypatch.setenv(ak.GQA_SWITCH, "0")  # transformers copies the heads: the reference
@@ -97,8 +97,12 @@ def test_cpu_attention_groups_the_heads_in_the_kernel_with_the_same_result(tiny_
     monkeypatch.delenv(ak.GQA_SWITCH)  # the backend's own choice
     monkeypatch.setattr(F, "scaled_dot_product_attention", recorded)
     ids1, logps1, state1 = _run(tiny_qwen)
-    # the tiny Qwen has 4 query heads and 2 key/value heads: the kernel got 2, grouped
-    assert seen and set(seen) == {(4, 2, True)}
+    # the tiny Qwen has 4 query heads and 2 key/value heads: the kernel got 2, grouped, for
+    # several positions a row (prefill, scoring, training); a decode step's 4 query heads were
+    # folded onto the 2 key/value heads, 2 query positions each (folded_decode_sdpa)
+    many = {(q, kv, gqa) for q, kv, gqa, n in seen if n > 1 and n != 2}
+    assert many == {(4, 2, True)}
+    assert {(q, kv, gqa) for q, kv, gqa, n in seen if n == 2 and q == kv} == {(2, 2, False)}
     assert ids1 == ids0
     assert logps1 == logps0  # bit for bit
     assert len(state1) == len(state0) > 0 and any(g.abs().max() > 0 for g in state0)
@@ -119,3 +123,50 @@ def test_the_switch_is_on_while_a_cpu_backend_works_and_a_user_choice_is_kept(mo
     with ak.attention_kernels("cpu"):
         assert ak.os.environ[ak.GQA_SWITCH] == "0"
     assert ak.os.environ[ak.GQA_SWITCH] == "0"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_folded_decode_step_is_attention_over_each_key_value_head(dtype, masked):
+    """folded_decode_sdpa against attention written out by hand with each key/value head copied
+    for its query heads (transformers' eager arithmetic), with and without a padding mask."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(0)
+    b, h, kv, d, n = 3, 6, 2, 8, 5
+    q = torch.randn(b, h, 1, d, generator=g).to(dtype)
+    k, v = (torch.randn(b, kv, n, d, generator=g).to(dtype) for _ in range(2))
+    keep = torch.ones(b, 1, 1, n, dtype=torch.bool)
+    keep[1, ..., :2] = False  # row 1's first two positions are padding
+    module = SimpleNamespace(num_key_value_groups=h // kv, training=False)
+    out, _ = ak.folded_decode_sdpa(
+        module, q, k, v, keep if masked else None, dropout=0.0, scaling=d**-0.5
+    )
+    kr, vr = (t.float().repeat_interleave(h // kv, 1) for t in (k, v))
+    scores = q.float() @ kr.transpose(-1, -2) * d**-0.5
+    if masked:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    want = (scores.softmax(-1) @ vr).transpose(1, 2)  # [b, 1, h, d], as transformers returns
+    assert out.shape == (b, 1, h, d) and out.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+
+
+def test_the_fold_is_left_to_transformers_where_it_does_not_apply(monkeypatch):
+    """Several query positions, a head-wise mask or one key/value head per query head: the call
+    goes to transformers' own attention unchanged."""
+    from types import SimpleNamespace
+
+    with ak.attention_kernels("cpu"):
+        pass  # registers the fold
+    calls = []
+    monkeypatch.setattr(ak, "_SDPA", [lambda *a, **k: calls.append(a[1].shape) or ("own", None)])
+    grouped = SimpleNamespace(num_key_value_groups=2, training=False)
+    plain = SimpleNamespace(num_key_value_groups=1, training=False)
+    k = torch.zeros(1, 2, 3, 4)
+    assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 2, 4), k, k, None)[0] == "own"
+    head_mask = torch.ones(1, 4, 1, 3, dtype=torch.bool)
+    assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, head_mask)[0] == "own"
+    assert ak.folded_decode_sdpa(plain, torch.zeros(1, 2, 1, 4), k, k, None)[0] == "own"
+    assert len(calls) == 3
+    assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, None)[0] != "own"
