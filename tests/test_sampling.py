@@ -102,7 +102,7 @@ def test_i_j_mix_counts():
 
 
 def test_own_and_duplicate_groups_are_refused():
-    pool = ExternalPool("me", capacity=2)
+    pool = ExternalPool("me", capacity=2, max_producer_share=1.0)
     assert not pool.add(rg(0, producer="me"), 0)
     assert pool.add(rg(1), 0)
     assert not pool.add(rg(1, producer="relay"), 0)  # same content relayed: same group id
@@ -338,7 +338,9 @@ def ids(pool: ExternalPool) -> list[str]:
 
 
 def test_over_its_text_budget_the_pool_drops_the_oldest_group_of_the_biggest_producer():
-    pool = ExternalPool("me", max_chars=906)  # honest 102 + flood 402 + 402 = 906: fits exactly
+    pool = ExternalPool(
+        "me", max_chars=906, group_floor=0
+    )  # honest 102 + flood 402 + 402 = 906: fits exactly
     assert pool.add(sized(1, "honest", 50), 0)
     assert pool.add(sized(2, "flood", 200), 0) and pool.add(sized(3, "flood", 200), 0)
     assert len(ids(pool)) == 3 and pool.stats()["evicted"] == 0
@@ -347,7 +349,7 @@ def test_over_its_text_budget_the_pool_drops_the_oldest_group_of_the_biggest_pro
     assert pool.add(sized(5, "honest", 50), 0)  # 1008: flood (804) still holds most
     assert [q[-1] for q in ids(pool)] == ["1", "4", "5"] and pool.stats()["evicted"] == 2
     # the producer holding the most text loses, whatever its name sorts as
-    small = ExternalPool("me", max_chars=500)
+    small = ExternalPool("me", max_chars=500, group_floor=0)
     small.add(sized(1, "zz-honest", 50), 0)
     small.add(sized(2, "aa-flood", 200), 0)  # 504 > 500
     assert [q[-1] for q in ids(small)] == ["1"]
@@ -359,13 +361,13 @@ def test_a_single_group_over_the_text_budget_is_kept_alone():
 
 
 def test_a_loaded_pool_keeps_arrival_rounds_text_sizes_and_skips_only_bad_groups():
-    pool = ExternalPool("me", max_chars=906)
+    pool = ExternalPool("me", max_chars=906, group_floor=0)
     pool.add(sized(1, "honest", 50), 3)
     pool.add(sized(2, "flood", 200), 4)
     state = json.loads(json.dumps(pool.state_dict()))
     bad = dict(state["entries"][0][0], rewards="x")  # no longer valid
     state["entries"] = [[bad, 0], [bad, 0], *state["entries"]]
-    copy = ExternalPool("me", max_chars=906)
+    copy = ExternalPool("me", max_chars=906, group_floor=0)
     assert copy.load_state_dict(state) == 2  # both bad ones counted, the good ones after kept
     assert [e.received_round for e in copy.snapshot()[0].values()] == [3, 4]
     assert [e.size for e in copy.snapshot()[0].values()] == [102, 402]
@@ -477,7 +479,7 @@ def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budge
     big = ExternalPool("me")
     big.add(a1, 0)
     big.add(a2, 0)
-    small = ExternalPool("me", max_chars=sum(size.values()) - 1)
+    small = ExternalPool("me", max_chars=sum(size.values()) - 1, group_floor=0)
     small.load_state_dict(big.state_dict())
     assert small.add(b, 1) and len(small) == 2  # over by one: peer-a, holding most, loses one
     assert small.stats()["evicted"] == 1
@@ -489,7 +491,7 @@ def test_a_restored_pool_counts_every_group_of_a_producer_against_its_text_budge
 def test_a_producer_whose_last_group_was_used_holds_no_text_any_more():
     a, b, c = (rg(i, producer=f"peer-{x}") for i, x in ((1, "a"), (2, "b"), (3, "c")))
     size = len(b.question) + 1 + sum(len(t) for t in b.completions)  # each group's text
-    p = ExternalPool("me", max_chars=2 * size)  # room for two groups
+    p = ExternalPool("me", max_chars=2 * size, group_floor=0)  # room for two groups
     p.add(a, 0)
     assert [g.question for g in p.sample(1, 0, verify, random.Random(0))] == ["q1"]
     assert p.add(b, 0) and p.add(c, 0)

@@ -348,3 +348,117 @@ def test_fresh_idle_sockets_from_one_address_do_not_cut_its_honest_links() -> No
         for s in idle:
             s.close()
         r.close()
+
+
+# --- issue 54, 1: the cheapest groups and batches cannot push honest ones out -----------------
+
+
+def _small_group(
+    producer: str, index: int, completions: tuple[str, ...], question=""
+) -> RolloutGroup:
+    return RolloutGroup(
+        task_ref=TaskRef.make("basic_arithmetic", {"min_terms": 2}, seed=7, index=index),
+        question=question,
+        reference_answer=None,
+        completions=completions,
+        rewards=tuple(float(i % 2) for i in range(len(completions))),
+        producer=producer,
+        model="tiny",
+        round=1,
+        created_at=1_700_000_000.0,
+    )
+
+
+def _honest_group(producer: str, index: int) -> RolloutGroup:
+    """Eight completions of ~400 characters, as a class's groups are."""
+    texts = tuple(f"{k} " * 130 + f"<answer>{index}</answer>" for k in range(8))
+    return _small_group(producer, index, texts, question=f"What is {index} + 0?")
+
+
+def test_a_flood_of_empty_groups_is_refused_and_evicts_no_honest_group() -> None:
+    """The attack: ~2,300 groups with an empty question and empty completions (9 batches of 256,
+    within one sender's rate) weighed nothing, so every eviction hit the honest producers."""
+    pool = ExternalPool("me")  # the node's own settings: 2,048 groups
+    honest = [
+        _honest_group(p, 1000 * k + i) for k, p in enumerate(("alice", "bob")) for i in range(100)
+    ]
+    for g in honest:
+        assert pool.add(g, 1)
+    for k in range(9 * 256):
+        pool.add(_small_group("mallory", 10_000 + k, ("", "  ")), 1)
+    held = {e.group.group_id for e in pool._pool.values()}
+    assert all(g.group_id in held for g in honest)
+    assert pool.stats()["empty"] == 9 * 256
+
+
+def test_a_flood_of_tiny_groups_takes_at_most_its_share_and_evicts_no_honest_group() -> None:
+    """The same flood with one character a completion: accepted, but the producer holding the
+    most groups loses its own, and one producer holds at most a quarter of the pool."""
+    pool = ExternalPool("me")
+    honest = [
+        _honest_group(p, 1000 * k + i) for k, p in enumerate(("alice", "bob")) for i in range(100)
+    ]
+    for g in honest:
+        assert pool.add(g, 1)
+    sybils = [f"sybil-{k}" for k in range(8)]
+    for k in range(9 * 256):
+        pool.add(_small_group(sybils[k % 8] if k % 3 else "mallory", 10_000 + k, ("x", "y")), 1)
+    held = [e.group for e in pool._pool.values()]
+    assert all(g in held for g in honest)
+    assert len(held) <= pool.capacity
+    assert sum(g.producer == "mallory" for g in held) <= pool.capacity // 4
+
+
+def test_many_tiny_batches_from_one_sender_do_not_push_big_honest_ones_out_of_the_inbox() -> None:
+    """Over the inbox's count, the sender holding the most batches loses one, not the one
+    holding the most bytes (a thousand 10-byte batches pushed out every big honest batch)."""
+    from sapo_edge.swarm.inbox import FairInbox
+
+    inbox = FairInbox()  # 1,024 batches, 64 MiB
+    honest = [(f"peer-{i}", bytes([i]) * 100_000) for i in range(10)]
+    for sender, payload in honest:
+        inbox.put(sender, payload)
+    for k in range(1_100):
+        inbox.put("mallory", b"%010d" % k)
+    kept = list(inbox.items)
+    assert all(h in kept for h in honest)
+    assert len(kept) == inbox.max_items
+
+
+# --- issue 54, 2: a task config as a bomb ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"min_terms": [[]] * 200_000},  # the attack: ~200k empty lists in one group's config
+        {"a": [[[["deep"]]]]},
+        {f"k{i}": i for i in range(65)},
+        {"k": "x" * 257},
+        {"x" * 257: 1},
+    ],
+)
+def test_a_task_config_bomb_is_refused_before_it_is_held(config) -> None:
+    from sapo_edge.data.tasks import TaskError
+
+    ref = {"dataset": "basic_arithmetic", "config": config, "seed": 1, "index": 2}
+    with pytest.raises(TaskError):
+        TaskRef.from_dict(ref)
+
+
+def test_every_shipped_task_config_is_within_the_bounds() -> None:
+    import tomllib
+    from pathlib import Path
+
+    import sapo_edge
+    from sapo_edge.data.tasks import ONE_DIGIT_ADDITION
+
+    configs = [ONE_DIGIT_ADDITION]
+    for preset in (Path(sapo_edge.__file__).parent / "presets").glob("*.toml"):
+        configs += tomllib.loads(preset.read_text()).get("domain_configs", {}).values()
+    for root in ("experiments",):
+        for f in (Path(sapo_edge.__file__).parent.parent / root).glob("*.toml"):
+            configs += tomllib.loads(f.read_text()).get("domain_configs", {}).values()
+    assert len(configs) > 1
+    for c in configs:
+        TaskRef.make("basic_arithmetic", c, 1, 2)

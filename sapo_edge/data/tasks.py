@@ -23,14 +23,39 @@ class TaskError(ValueError):
     """A task that cannot be built: unknown domain, a config reasoning-gym rejects, a bad ref."""
 
 
-def _freeze(value: Any) -> Any:
+# A real task config is a few dozen scalars (ONE_DIGIT_ADDITION: 7 keys, 8 values). A peer's
+# ref is bounded while it is frozen, before anything else reads it (issue 54: ~200k nested empty
+# lists in one group's config cost a receiver ~1 s of its network thread and ~10 MiB held).
+MAX_CONFIG_KEYS = 64
+MAX_CONFIG_VALUES = 512  # scalars and lists, over the whole config
+MAX_CONFIG_DEPTH = 3  # a list of lists of lists at most
+MAX_CONFIG_TEXT = 256  # characters in a key or a string value
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.values = 0
+
+    def spend(self) -> None:
+        self.values += 1
+        if self.values > MAX_CONFIG_VALUES:
+            raise TaskError(f"task config holds over {MAX_CONFIG_VALUES} values")
+
+
+def _freeze(value: Any, budget: _Budget | None = None, depth: int = 0) -> Any:
+    budget = budget or _Budget()
+    budget.spend()
     if isinstance(value, list | tuple):
-        return tuple(_freeze(v) for v in value)
+        if depth >= MAX_CONFIG_DEPTH:
+            raise TaskError(f"task config lists nest over {MAX_CONFIG_DEPTH} deep")
+        return tuple(_freeze(v, budget, depth + 1) for v in value)
     if isinstance(value, dict):
         raise TaskError("task configs hold scalars or lists of scalars, not nested objects")
+    if isinstance(value, str) and len(value) > MAX_CONFIG_TEXT:
+        raise TaskError(f"task config string over {MAX_CONFIG_TEXT} characters")
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    raise TaskError(f"task config value {value!r} is not a JSON scalar or list")
+    raise TaskError(f"task config value {str(value)[:40]!r} is not a JSON scalar or list")
 
 
 def _thaw(value: Any) -> Any:
@@ -48,7 +73,13 @@ class TaskRef:
 
     @classmethod
     def make(cls, dataset: str, config: dict[str, Any] | None, seed: int, index: int) -> TaskRef:
-        items = tuple(sorted((str(k), _freeze(v)) for k, v in (config or {}).items()))
+        config = config or {}
+        if len(config) > MAX_CONFIG_KEYS:
+            raise TaskError(f"task config has over {MAX_CONFIG_KEYS} keys")
+        if any(len(str(k)) > MAX_CONFIG_TEXT for k in config):
+            raise TaskError(f"task config key over {MAX_CONFIG_TEXT} characters")
+        budget = _Budget()
+        items = tuple(sorted((str(k), _freeze(v, budget)) for k, v in config.items()))
         return cls(dataset, items, int(seed), int(index))
 
     def config_dict(self) -> dict[str, Any]:

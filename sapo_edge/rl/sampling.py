@@ -108,18 +108,36 @@ class _Entry:
     size: int = 0  # characters of text it holds (what bounds the pool's memory)
 
 
+# what a group counts against the pool's text bound at least: an empty group holds objects, not
+# nothing, and a weightless one never drew an eviction (issue 54: ~2,300 empty groups from one
+# sender made every eviction hit the honest producers)
+GROUP_FLOOR = 1024
+
+
 def _text_size(g: RolloutGroup) -> int:
     return len(g.question) + len(g.reference_answer or "") + sum(len(c) for c in g.completions)
+
+
+def _empty(g: RolloutGroup) -> bool:
+    """No completion says anything: nothing to learn from, whatever its rewards."""
+    return not any(c.strip() for c in g.completions)
 
 
 class ExternalPool:
     """Groups received from peers, waiting to be sampled. Thread-safe: the network thread adds,
     the training thread samples. Every group is used at most once and accepted at most once.
+
+    Bounded three ways, each evicting by what is over: past `capacity` groups, the oldest group
+    of the producer holding the most groups goes; past `max_chars` of text (each group counted
+    at least `group_floor`), the oldest of the producer holding the most text; and one producer
+    holds at most `max_producer_share` of the capacity (its own oldest goes first). A group whose
+    completions are all empty is refused (`empty`).
     """
 
     COUNTERS = (
         "added",
         "own",
+        "empty",
         "duplicate",
         "evicted",
         "stale",
@@ -136,13 +154,19 @@ class ExternalPool:
         max_peer_share: float = 1.0,
         max_age_rounds: int | None = None,
         max_chars: int = 128 << 20,
+        max_producer_share: float = 0.25,
+        group_floor: int = GROUP_FLOOR,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"pool capacity is {capacity}; it must hold at least one group.")
         if freshness_rounds < 0:
             raise ValueError(f"freshness_rounds is {freshness_rounds}; use 0 or more rounds.")
-        if not 0.0 < max_peer_share <= 1.0:
-            raise ValueError(f"max_peer_share is {max_peer_share}; use a fraction in (0, 1].")
+        for name, share in (
+            ("max_peer_share", max_peer_share),
+            ("max_producer_share", max_producer_share),
+        ):
+            if not 0.0 < share <= 1.0:
+                raise ValueError(f"{name} is {share}; use a fraction in (0, 1].")
         self.self_id = self_id
         self.capacity = capacity
         self.freshness_rounds = freshness_rounds
@@ -156,7 +180,13 @@ class ExternalPool:
         # bounded by text size too; when full, the producer holding the most text loses its
         # oldest group, so free identities flooding big groups cannot push out an honest peer
         self.max_chars = max_chars
+        self.max_per_producer = max(1, int(capacity * max_producer_share))
+        self.group_floor = group_floor
         self._chars: dict[str, int] = {}  # producer -> characters held
+        self._held: dict[
+            str, OrderedDict[str, None]
+        ] = {}  # producer -> its group ids, oldest first
+        self._total_chars = 0
         self.last_targeted = 0  # groups the latest sample() took for being preferred
 
     def add(self, group: RolloutGroup, local_round: int) -> bool:
@@ -166,38 +196,64 @@ class ExternalPool:
             if group.producer == self.self_id:
                 self._counts["own"] += 1
                 return False
+            if _empty(group):
+                self._counts["empty"] += 1
+                return False
             if gid in self._seen:
                 self._counts["duplicate"] += 1
                 return False
             self._seen[gid] = None
             if len(self._seen) > self._seen_capacity:
                 del self._seen[next(iter(self._seen))]
-            entry = self._pool[gid] = _Entry(group, local_round, _text_size(group))
-            self._chars[group.producer] = self._chars.get(group.producer, 0) + entry.size
+            self._keep(gid, _Entry(group, local_round, self._size(group)))
             self._counts["added"] += 1
-            while len(self._pool) > 1 and (
-                len(self._pool) > self.capacity or sum(self._chars.values()) > self.max_chars
-            ):
-                top = max(self._chars, key=lambda p: (self._chars[p], p))
-                self._drop(next(g for g, e in self._pool.items() if e.group.producer == top))
-                self._counts["evicted"] += 1
+            if len(self._held[group.producer]) > self.max_per_producer:
+                self._evict_oldest(group.producer)
+            while len(self._pool) > self.capacity:
+                self._evict_oldest(max(self._held, key=lambda p: (len(self._held[p]), p)))
+            while len(self._pool) > 1 and self._total_chars > self.max_chars:
+                self._evict_oldest(max(self._chars, key=lambda p: (self._chars[p], p)))
             return True
+
+    def _size(self, group: RolloutGroup) -> int:
+        """What a group counts against the text bound: its characters, group_floor at least."""
+        return max(self.group_floor, _text_size(group))
+
+    def _keep(self, gid: str, entry: _Entry) -> None:
+        """Put one group in the pool and count it for its producer (the lock is held)."""
+        producer = entry.group.producer
+        self._pool[gid] = entry
+        self._held.setdefault(producer, OrderedDict())[gid] = None
+        self._chars[producer] = self._chars.get(producer, 0) + entry.size
+        self._total_chars += entry.size
+
+    def _evict_oldest(self, producer: str) -> None:
+        self._drop(next(iter(self._held[producer])))
+        self._counts["evicted"] += 1
 
     def _drop(self, gid: str) -> _Entry:
         """Remove one group from the pool (the lock is held)."""
         entry = self._pool.pop(gid)
-        left = self._chars.get(entry.group.producer, 0) - entry.size
+        producer = entry.group.producer
+        self._total_chars -= entry.size
+        left = self._chars.get(producer, 0) - entry.size
         if left > 0:
-            self._chars[entry.group.producer] = left
+            self._chars[producer] = left
         else:
-            self._chars.pop(entry.group.producer, None)
+            self._chars.pop(producer, None)
+        ids = self._held.get(producer)
+        if ids is not None:
+            ids.pop(gid, None)
+            if not ids:
+                del self._held[producer]
         return entry
 
     def _recount(self) -> None:
-        """Characters held per producer, recomputed from the pool (the lock is held)."""
-        self._chars = {}
-        for e in self._pool.values():
-            self._chars[e.group.producer] = self._chars.get(e.group.producer, 0) + e.size
+        """What each producer holds, recomputed from the pool (the lock is held)."""
+        pool = self._pool
+        self._pool, self._chars, self._held, self._total_chars = OrderedDict(), {}, {}, 0
+        for gid, e in pool.items():
+            self._keep(gid, e)
 
     def reject(self, reason: str, n: int = 1) -> None:
         """Count a rejection (or other event) decided elsewhere, e.g. a decode error's reason code."""
@@ -242,7 +298,7 @@ class ExternalPool:
             except RolloutError:
                 dropped += 1
                 continue
-            pool[g.group_id] = _Entry(g, int(received), _text_size(g))
+            pool[g.group_id] = _Entry(g, int(received), self._size(g))
         with self._lock:
             self._pool = pool
             self._recount()

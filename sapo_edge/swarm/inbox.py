@@ -1,7 +1,10 @@
 """The network's inbox of verified batches, waiting for the trainer: bounded by count and by
-the bytes they hold (a batch's decoded groups counted with it), and fair when full: the oldest
-batch of whichever sender holds the most goes first, so a flood from many throwaway identities
-cannot push an honest peer's batch out.
+the bytes they hold (a batch's decoded groups counted with it, every batch at least
+ITEM_FLOOR), and fair when full, by the bound that is over: past the count, the oldest batch of
+whichever sender holds the most batches goes first; past the bytes, that of whichever holds the
+most bytes. So a flood from many throwaway identities cannot push an honest peer's batch out, and
+neither can many tiny batches from one (issue 54: when the count was over, the eviction went by
+bytes, and a thousand tiny batches pushed out every big honest one).
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from collections import Counter, deque
 
 from ..data.rollout import Batch
 
+ITEM_FLOOR = 4096  # what a batch counts against the byte bound at least: its objects, its entry
+
 
 def held(payload: bytes) -> int:
     """What a batch costs the inbox: the memory it holds (a verified Batch keeps its decoded
-    groups beside its bytes, a few times their wire size), else its length."""
-    return payload.footprint if isinstance(payload, Batch) else len(payload)
+    groups beside its bytes, a few times their wire size), else its length; ITEM_FLOOR at least."""
+    return max(ITEM_FLOOR, payload.footprint if isinstance(payload, Batch) else len(payload))
 
 
 class FairInbox:
@@ -25,6 +30,7 @@ class FairInbox:
         self.items: deque[tuple[str, bytes]] = deque()
         self.bytes = 0
         self.by_sender: Counter = Counter()  # sender -> bytes held
+        self.count_by_sender: Counter = Counter()  # sender -> batches held
         self.dropped = 0
 
     def put(self, sender: str, payload: bytes) -> int:
@@ -32,10 +38,13 @@ class FairInbox:
         self.items.append((sender, payload))
         self.bytes += held(payload)
         self.by_sender[sender] += held(payload)
+        self.count_by_sender[sender] += 1
         evicted = 0
-        while len(self.items) > 1 and (
-            len(self.items) > self.max_items or self.bytes > self.max_bytes
-        ):
+        while len(self.items) > self.max_items:
+            by = self.count_by_sender
+            self._evict_from(max(by, key=lambda s: (by[s], s)))
+            evicted += 1
+        while len(self.items) > 1 and self.bytes > self.max_bytes:
             self._evict_from(max(self.by_sender, key=lambda s: (self.by_sender[s], s)))
             evicted += 1
         self.dropped += evicted
@@ -47,8 +56,9 @@ class FairInbox:
                 del self.items[i]
                 self.bytes -= held(payload)
                 self.by_sender[s] -= held(payload)
-                if self.by_sender[s] <= 0:
-                    del self.by_sender[s]
+                self.count_by_sender[s] -= 1
+                if self.count_by_sender[s] <= 0:
+                    del self.by_sender[s], self.count_by_sender[s]
                 return
 
     def drain(self) -> list[tuple[str, bytes]]:
@@ -56,6 +66,7 @@ class FairInbox:
         self.items.clear()
         self.bytes = 0
         self.by_sender.clear()
+        self.count_by_sender.clear()
         return items
 
     def __len__(self) -> int:
