@@ -12,7 +12,8 @@ import pytest
 
 from sapo_edge.data.rollout import RolloutGroup
 from sapo_edge.data.tasks import TaskError, TaskRef
-from sapo_edge.rl.sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
+from sapo_edge.rl.pool import ExternalPool
+from sapo_edge.rl.sampling import ScoredGroup, sample_self, scored, select_subset
 
 
 def rg(i: int, producer: str = "peer-1", rewards: tuple[float, ...] = (1.0, 0.0)) -> RolloutGroup:

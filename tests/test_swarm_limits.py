@@ -16,7 +16,7 @@ from swarm_util import KEYS, WAIT, RelayThread, batch_for, connect, sealed
 
 from sapo_edge.data.rollout import RolloutGroup, encode_batch
 from sapo_edge.data.tasks import TaskRef
-from sapo_edge.rl.sampling import ExternalPool
+from sapo_edge.rl.pool import ExternalPool
 from sapo_edge.swarm.batches import make_rollouts, seal
 from sapo_edge.swarm.dialing import MAX_LAN_DIALS
 from sapo_edge.swarm.discovery import MAX_RESOLVING, LanDiscovery

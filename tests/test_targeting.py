@@ -14,7 +14,8 @@ from task_configs import ONE_DIGIT_ADD
 from sapo_edge.data.rollout import RolloutGroup
 from sapo_edge.data.task_sampler import TaskSampler
 from sapo_edge.data.tasks import TaskRef, regenerate
-from sapo_edge.rl.sampling import ExternalPool, ScoredGroup, scored
+from sapo_edge.rl.pool import ExternalPool
+from sapo_edge.rl.sampling import ScoredGroup, scored
 from sapo_edge.rl.targeting import Success, targeted_limit, wanted
 from sapo_edge.swarm.transport import InProcessHub
 

@@ -1,8 +1,7 @@
 """The SAPO round (Algorithm 1 of arXiv 2509.08721) for one node, top to bottom.
 
-1. sample questions  2. generate G completions each  3. score  4. share a subset
-5. build the I local + J external training set (externals re-verified here)  6. GRPO step
-7. report, append metrics.jsonl, checkpoint.
+1. sample questions  2. generate G completions each  3. score  4. share a subset  5. build the
+I local + J external training set (re-verified here)  6. GRPO step  7. report, metrics, checkpoint.
 
 What is trained is what was sampled and scored: own completions keep their sampled token ids and
 end token; a peer's text is tokenised here and the reward is computed on the decoded tokens.
@@ -33,9 +32,10 @@ from .mix import AdaptiveMix
 from .node_checkpoint import resume_node, save_node
 from .node_settings import apply_settings, reward_config
 from .node_state import restore, snapshot
+from .pool import ExternalPool
 from .prompts import build_messages
 from .rewards import score_completion
-from .sampling import ExternalPool, ScoredGroup, sample_self, scored, select_subset
+from .sampling import ScoredGroup, sample_self, scored, select_subset
 from .targeting import Success, targeted_limit, wanted
 
 
