@@ -212,13 +212,14 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
     if first["version"] != PROTOCOL_VERSION:
         raise AdmissionError("unknown_version", "upgrade sapo-edge on one side.")
     c = admissions.begin(first["nameplate"], ip)
-    ok, who = False, None
+    ok, who, confirmed = False, None, False
     try:
         member = SPAKE2_B(_password(c.code), idA=ID_JOINER, idB=ID_MEMBER)
         out = member.start()
         key = _finish(member, first["pake"], "the SPAKE2 message is not usable.")
         await ws.send_bytes(_msg("pake", pake=out.hex()))
         confirm = await _read(ws, "confirm")
+        confirmed = True
         if c.decoy or not hmac.compare_digest(bytes.fromhex(confirm["mac"]), _confirm(key)):
             raise AdmissionError("wrong_code", "wrong code: check the number and both words.")
         who = _who(key, confirm["who"])
@@ -241,6 +242,8 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
     finally:
         if ok is None:
             admissions.refused(c, ip)
+        elif not ok and not confirmed:  # cut before it said anything to test: not a guess
+            admissions.abandoned(c, ip)
         else:
             admissions.end(c, ok, ip, who[0] if who else None)
     if who is not None and admissions.on_admitted is not None:

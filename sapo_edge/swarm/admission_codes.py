@@ -86,7 +86,8 @@ class AddressBudget:
 @dataclass
 class Admissions:
     """The codes one member accepts, each good until `ttl_s` passes or `max_failures` wrong
-    attempts (exchanges started and not completed count as wrong). Thread-confined to the
+    attempts (a confirmation that does not hold; an exchange abandoned before its confirmation
+    costs the address an admission instead, `abandoned`). Thread-confined to the
     network loop, except new_code()/revoke() (a lock is not needed: dict updates are atomic).
 
     What one address may spend, whatever number it names: `wrong_burst` wrong tries, one more
@@ -242,6 +243,17 @@ class Admissions:
             self._retire(c)
             if not c.decoy:
                 self.log(f"admission code {c.number}-... retired after {c.failures} wrong attempts")
+
+    def abandoned(self, c: _Code, ip: str = "") -> None:
+        """The exchange ended before the newcomer sent its confirmation (its own timeout on a
+        busy laptop, a dropped connection): it learnt nothing it could test a guess with, so it
+        is not a wrong try (issue 54: three of them locked a school's shared address out of the
+        code for its life). Its work is charged to the address's admissions instead, which
+        bound how many exchanges one address may start."""
+        self._done(c, ip)
+        now = self.clock()
+        self.wrong.take(ip, now, -1.0)
+        self.admits.take(ip, now)
 
     def refused(self, c: _Code, ip: str = "") -> None:
         """The newcomer proved the code but was not given a seat: neither a wrong try nor an
