@@ -19,7 +19,8 @@ after, the incoming gradient's factor).
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
+
+from .gemm_rows import linear_rows, mm_rows
 
 CHUNK_BYTES = 32 << 20  # float32 logits per chunk: 55 tokens of Qwen's vocabulary, 170 of SmolLM2's
 MIN_CHUNK = 8  # rows per GEMM: fewer can take a BLAS path that rounds differently (M < 4 here)
@@ -38,7 +39,7 @@ def chunk_rows(n: int, vocab: int, chunk_bytes: int) -> list[tuple[int, int]]:
 
 def _chunk_logps(h, weight, targets, temperature: float):
     """Float32 logits of a chunk (scaled by 1/T), their log-sum-exp, and log p of each target."""
-    logits = F.linear(h, weight)
+    logits = linear_rows(h, weight)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # float64 stays
     if temperature != 1.0:
         logits = logits / temperature
@@ -69,7 +70,7 @@ class _HeadLogps(torch.autograd.Function):
             # onehot - softmax, in place in the logits: exp(logits - lse), negated, + 1 at the target
             q = logits.sub_(lse[:, None]).exp_().neg_()
             q.scatter_add_(-1, targets[a:b, None], q.new_ones(b - a, 1))
-            torch.mm(q.to(weight.dtype), weight, out=dh[a:b])
+            mm_rows(q.to(weight.dtype), weight, out=dh[a:b])
             del logits, q
         ctx.save_for_backward(dh)
         ctx.temperature = temperature

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from .gemm_rows import linear_rows, mm_rows
+
 
 def lora_forward(x2, weight, bias, a, b, scale: float, out: torch.Tensor):
     """out[tokens, out_features] = x2 W^T + bias + s (x2 A^T) B^T for 2-D x2, written into `out`;
@@ -27,10 +29,7 @@ def lora_forward(x2, weight, bias, a, b, scale: float, out: torch.Tensor):
     a float32 tensor into a bfloat16 one computes in float32), which is peft's own arithmetic:
     the base result plus the float32 LoRA term, cast back."""
     h = torch.mm(x2.to(a.dtype), a.t()).mul_(scale)  # [tokens, r]: s (A x), in A's dtype
-    if bias is not None:
-        torch.addmm(bias, x2, weight.t(), out=out)
-    else:
-        torch.mm(x2, weight.t(), out=out)
+    mm_rows(x2, weight.t(), bias, out=out)  # (a half-precision base at bucketed row counts)
     if h.dtype == out.dtype:
         out.addmm_(h, b.t())
     else:  # float32 LoRA term, summed in float32, rounded once to the base dtype
@@ -52,7 +51,7 @@ def lora_backward(g, x2, h, weight, a, b, scale: float, need: tuple[bool, bool, 
     ga = torch.mm(gh.t(), x2.to(a.dtype)) if need_a else None
     gx = None
     if need_x:
-        gx = torch.mm(g, weight)
+        gx = mm_rows(g, weight)
         if gh.dtype == gx.dtype:
             gx.addmm_(gh, a)
         else:  # as in the forward: the LoRA part in float32, added before one rounding
@@ -100,4 +99,4 @@ def lora_linear(x, weight, bias, a, b, scale: float) -> torch.Tensor:
     if fusable(x, weight, bias, a, b):
         return LoraLinear.apply(x, weight, bias, a, b, scale)
     lora = torch.nn.functional.linear(torch.nn.functional.linear(x.to(a.dtype), a), b) * scale
-    return (torch.nn.functional.linear(x, weight, bias) + lora).to(x.dtype)
+    return (linear_rows(x, weight, bias) + lora).to(x.dtype)
