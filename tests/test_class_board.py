@@ -318,3 +318,34 @@ def test_the_report_draws_the_mean_and_the_baseline_as_the_view_does(tmp_path) -
     assert view.swarm_mean == [(1, 0.4)] and view.baseline == [(1, 0.2)]
     report = ClassBoard.load(path, host_id=A, received={B: 3}).snapshot()
     assert (report.swarm_mean, report.baseline) == (view.swarm_mean, view.baseline)
+
+
+def test_identities_the_host_never_vouched_for_do_not_write_the_lessons_story(tmp_path) -> None:
+    """Issue 54: 40 identities never admitted and never sending a batch signed stats claiming a
+    right tagged answer after training on B's groups; B was credited as the teacher of 40, and
+    the story (matrix, first right answers, tags plot) showed puppets and no honest student.
+    Also a name with full-width brackets passing the "(host)" filter."""
+    from sapo_edge.classroom.board_rows import first_tagged_lines
+
+    verified = {B: 4, C: 4}  # the host verified the groups of B and C
+    board = ClassBoard(tmp_path / "class.jsonl", host_id=A, received=lambda: dict(verified))
+    board.admissions_known = True
+    for who in (B, C):
+        board.seats.admit(who, "10.0.0.2", 0.0)
+    board.record(A, stats(0, "teacher"))
+    board.record(B, stats(0, "bea"))
+    board.record(C, stats(0, "cy", learned={B: (2, 2)}))
+    board.record(C, stats(1, "cy", learned={B: (2, 2)}, tagged=1.0, strict=1.0))
+    puppets = [f"{i:032x}" for i in range(40)]
+    for p in puppets:
+        board.record(p, stats(0, "Ms Smith\uff08host\uff09", learned={B: (4, 4)}))
+        board.record(p, stats(1, "Ms Smith\uff08host\uff09", tagged=1.0, strict=1.0))
+    snap = board.snapshot(matrix_members=None)
+    rows = {m.node_id: m for m in snap.members}
+    assert rows[B].used_by_others == 4 and rows[B].rewarded_by_others == 4  # C's two rounds
+    assert set(snap.matrix_ids) <= {A, B, C}
+    assert all(learner in (A, B, C) for got in snap.matrix.values() for learner in got)
+    lines = first_tagged_lines(snap.members)
+    assert len(lines) == 1 and lines[0].startswith("cy")
+    assert not any(rows[p].vouched for p in puppets) and rows[C].vouched
+    assert all("host" not in rows[p].name.lower() for p in puppets)  # NFKC: the mark is cut

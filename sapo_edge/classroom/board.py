@@ -324,6 +324,17 @@ class ClassBoard:
         rows = [replace(r, last_seen=now) if r.is_host else r for r in rows]
         return ClassSnapshot(rows, curves, mean, base, matrix, now, matrix_ids, self.version)
 
+    def _vouched(
+        self, ids: set[str], verified: frozenset | None, admitted: frozenset | None
+    ) -> frozenset:
+        """The members the host vouches for: itself, those whose groups it verified, those it
+        admitted; all of them where it knows neither (a board read back, a test)."""
+        if verified is None and admitted is None:
+            return frozenset(ids)
+        return frozenset(
+            k for k in ids if k == self.host_id or k in (verified or ()) or k in (admitted or ())
+        )
+
     def _figures(self, matrix_members: int | None, verified: frozenset | None) -> tuple[Any, ...]:
         """Rows (received_here left to the caller), curves, means, matrix (lock held). The
         class's mean is drawn from the host and the members whose groups it verified (all,
@@ -341,9 +352,12 @@ class ClassBoard:
             fresh[m.node_id] = had
             parts[m.node_id] = had[2]
         self._rows = fresh  # rows of members no longer here go
-        key = (self.rounds_version, matrix_members)
+        admitted = frozenset(self.seats.admitted) if self.admissions_known else None
+        vouched = self._vouched(ids, verified, admitted)
+        key = (self.rounds_version, matrix_members, vouched)
         if self._exchange is None or self._exchange[0] != key:  # progress alone: kept
-            self._exchange = (key, given_by(members, ids), None, None, {})
+            told = [m for m in members if m.node_id in vouched]
+            self._exchange = (key, given_by(told, vouched), None, None, {})
         given = self._exchange[1]
         names = display_names(members)
         rows, curves = [], {}
@@ -351,14 +365,15 @@ class ClassBoard:
             curves[m.node_id] = parts[m.node_id].curve
             given_pair = given.get(m.node_id, (0, 0))
             hinted = self.hinted(m.node_id)
-            rows.append(
-                member_row(m, parts[m.node_id], names[m.node_id], given_pair, self.host_id, hinted)
+            row = member_row(
+                m, parts[m.node_id], names[m.node_id], given_pair, self.host_id, hinted
             )
+            rows.append(row if m.node_id in vouched else replace(row, vouched=False))
         _key, _given, matrix, matrix_ids, means = self._exchange
         if matrix is None:
-            matrix, matrix_ids = learned_matrix(rows, self.members, matrix_members)
+            told_rows = [r for r in rows if r.vouched]
+            matrix, matrix_ids = learned_matrix(told_rows, self.members, matrix_members)
             self._exchange = (key, given, matrix, matrix_ids, means)
-        admitted = frozenset(self.seats.admitted) if self.admissions_known else None
         which = (tuple(r.role for r in rows), verified, admitted)  # a role may change
         if which not in means:
             counted = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -49,6 +50,10 @@ class MemberRow:
     first_tagged: int = 0
     taught_by: str = ""
     hinted: bool = False
+    # the host admitted it or verified its groups (or it is the host): only such rows tell the
+    # lesson's story (who learned from whom, first right answers, the tags plot); a claim alone
+    # from an identity nobody vouched for does not (issue 54)
+    vouched: bool = True
     tags_curve: list[tuple[int, float, float]] = field(default_factory=list)  # (round, 1-based;
     # share in tags; strict reward) of the rounds that said them
 
@@ -166,7 +171,9 @@ def display_names(members: list[Any]) -> dict[str, str]:
     """Announced names made safe (a copied derived name shows the sender's own; the views'
     row marks are not part of a name); two members showing one name are told apart by ids."""
     names = {
-        m.node_id: MARKS.sub("", peer_name(m.claimed().name, m.node_id)).strip()
+        m.node_id: MARKS.sub(
+            "", unicodedata.normalize("NFKC", peer_name(m.claimed().name, m.node_id))
+        ).strip()
         or name_for_id(m.node_id)
         for m in members
     }
@@ -198,7 +205,8 @@ def first_tagged_lines(rows: list[MemberRow], cut: Any = lambda name: name) -> l
     names (a terminal panel)."""
     names = {r.node_id: cut(r.name) for r in rows}
     lines = []
-    for r in sorted((r for r in rows if r.first_tagged), key=lambda r: (r.first_tagged, r.name)):
+    told = (r for r in rows if r.first_tagged and r.vouched)
+    for r in sorted(told, key=lambda r: (r.first_tagged, r.name)):
         if r.hinted:
             how = " (it has the hint)"
         elif r.taught_by:

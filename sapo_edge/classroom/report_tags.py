@@ -15,7 +15,7 @@ MAX_LINES = 40  # members drawn (a class of 256: the plot stays readable, class.
 def plot_tags(snap: ClassSnapshot, run_dir: Path) -> Path | None:
     """answers_in_tags.png in `run_dir`, or None when no member said its tags and strict
     reward (a class of an older version, or before its first round)."""
-    members = [m for m in snap.members if m.tags_curve][:MAX_LINES]
+    members = [m for m in snap.members if m.tags_curve and m.vouched][:MAX_LINES]
     if not members:
         return None
     import matplotlib
