@@ -349,3 +349,33 @@ def test_identities_the_host_never_vouched_for_do_not_write_the_lessons_story(tm
     assert len(lines) == 1 and lines[0].startswith("cy")
     assert not any(rows[p].vouched for p in puppets) and rows[C].vouched
     assert all("host" not in rows[p].name.lower() for p in puppets)  # NFKC: the mark is cut
+
+
+def test_seats_kept_by_one_signed_message_lapse_for_an_honest_student() -> None:
+    """Issue 54 #3: a seat lapsed only if its member never did anything, so a puppet sending one
+    signed progress message kept it for good: six puppets and one real student in a class of
+    8 left every later student "class full", even with a new code. A seat is now held by work
+    the host checks (its verified groups): one that only signed messages lapses for a newcomer
+    once a first round's time has passed; the working student keeps its own."""
+    from sapo_edge.classroom.board_seats import ACTED_GRACE_S, GRACE_S
+    from sapo_edge.swarm.progress import Progress
+
+    now, verified = [0.0], {}
+    board = ClassBoard(
+        host_id=A, received=lambda: dict(verified), max_members=8, clock=lambda: now[0]
+    )  # 7 students
+    puppets = [f"{i:032x}" for i in range(100, 106)]
+    worker = B
+    for i, k in enumerate([*puppets, worker]):
+        assert board.admit(k, f"10.0.0.{i}") == ""
+        board.record_progress(k, Progress("loading", name="x"))  # one signed message each
+    late = [f"{i:032x}" for i in range(200, 207)]
+    assert board.admit(late[0], "10.0.1.1") == "class_full"
+    for step in range(1, 12):  # the worker's groups keep arriving, the puppets send nothing
+        now[0] = step * 60.0 + GRACE_S
+        verified[worker] = step
+        board.snapshot()
+    assert now[0] > ACTED_GRACE_S + GRACE_S
+    got = [board.admit(k, f"10.0.1.{i}") for i, k in enumerate(late)]
+    assert got == [""] * 6 + ["class_full"]  # the six puppets' seats, not the worker's
+    assert worker in board.seats.admitted and not set(puppets) & set(board.seats.admitted)

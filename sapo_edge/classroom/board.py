@@ -196,7 +196,7 @@ class ClassBoard:
             self.rounds_version += 1  # another set of rows: who learned from whom moves
         if own:
             m.signed = True
-            self.seats.heard(sender)
+            self.seats.heard(sender, self.clock())
         return m
 
     def admit(self, node_id: str | None, ip: str = "") -> str:

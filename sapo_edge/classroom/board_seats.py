@@ -3,7 +3,10 @@ host; members it admitted with the code (a seat each, the class's size at most, 
 them has a row); then members whose groups it verified lately, or ever; members that signed
 anything; last, rows that never did anything. Identities are free to anyone with the room key,
 admissions are not: a code holder gets a seat per admission, bounded per address and by the
-class's size, and a seat that never did anything lapses when another newcomer needs it.
+class's size, and a seat not held by work lapses when another newcomer needs it: first one that
+never did anything (after GRACE_S), then one that only signed messages (after ACTED_GRACE_S: a
+signed progress message is cheap, and issue 54 found seven puppets keeping a class of 8 full with
+one each), then one whose verified groups stopped (RECENT_WORK_S).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 GRACE_S = 120.0  # an admitted newcomer holds its seat this long before it does anything
+ACTED_GRACE_S = 600.0  # ...and this long once heard from, before its groups must arrive (a first
+# round of a slow laptop, its model's load included)
 RECENT_WORK_S = 600.0  # verified groups within this long count as recent work
 WAITING_PER_ADDRESS = 16  # admitted, not yet heard from: at most this many per address
 HOST, ADMITTED, RECENT_WORK, WORKED, SIGNED, NOTHING = 5, 4, 3, 2, 1, 0  # a row's standing
@@ -22,6 +27,7 @@ class Seat:
     at: float  # when the host admitted it
     ip: str
     acted: bool = False  # its own signed figures or progress arrived, or its groups
+    acted_at: float = 0.0  # when it first did
 
 
 class Seats:
@@ -46,19 +52,31 @@ class Seats:
         if sum(1 for s in waiting if s.ip == ip) >= WAITING_PER_ADDRESS:
             return "busy"
         if len(self.admitted) >= self.students:
-            idle = [k for k, s in self.admitted.items() if not s.acted and now - s.at >= GRACE_S]
-            if not idle:
+            lapsing = [(key, k) for k in self.admitted if (key := self._lapse(k, now)) is not None]
+            if not lapsing:
                 return "class_full"
-            del self.admitted[min(idle, key=lambda k: self.admitted[k].at)]  # its seat lapses
+            del self.admitted[min(lapsing)[1]]  # its seat lapses
         if node_id is not None:
             self.admitted[node_id] = Seat(now, ip)
         return ""
 
-    def heard(self, node_id: str) -> None:
+    def _lapse(self, node_id: str, now: float) -> tuple[int, float] | None:
+        """(tier, since) when this seat may lapse for a newcomer, lower first; None: held."""
+        s = self.admitted[node_id]
+        if now - s.at < GRACE_S:
+            return None
+        if not s.acted:
+            return 0, s.at
+        n, at = self.work.get(node_id, (0, 0.0))
+        if n == 0:
+            return (1, s.acted_at) if now - s.acted_at >= ACTED_GRACE_S else None
+        return (2, at) if now - at >= RECENT_WORK_S else None
+
+    def heard(self, node_id: str, now: float = 0.0) -> None:
         """`node_id` sent something of its own (signed) or the host verified its groups."""
         seat = self.admitted.get(node_id)
-        if seat is not None:
-            seat.acted = True
+        if seat is not None and not seat.acted:
+            seat.acted, seat.acted_at = True, now
 
     def saw_work(self, received: dict[str, int], now: float) -> None:
         """The host's verified counts (cumulative): when each one last grew."""
@@ -66,7 +84,7 @@ class Seats:
             had = self.work.get(node_id)
             if n > 0 and (had is None or n > had[0]):
                 self.work[node_id] = (n, now)
-                self.heard(node_id)
+                self.heard(node_id, now)
         while len(self.work) > 8 * max(256, self.students):  # ids that left long ago
             del self.work[min(self.work, key=lambda k: self.work[k][1])]
 
