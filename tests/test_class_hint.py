@@ -123,3 +123,23 @@ def _hinting_host(tmp_path, hint: str):
     h = ClassHost(cfg, opts, identity=Identity.generate(), log=lambda _m: None).start()
     fast(h.transport)
     return h
+
+
+def test_a_hint_slot_held_by_no_work_goes_to_the_next_student():
+    """Issue 54 #4: two scripted admissions right after the code appeared took both worked
+    examples, and the slots never came back. A holder whose groups the host has not verified
+    ACTED_GRACE_S after it was given the example gives its slot to the next newcomer; one that
+    trains keeps its own."""
+    from sapo_edge.classroom.board_seats import ACTED_GRACE_S
+
+    now, working = [0.0], set()
+    h = Hints(Config(hint="2"), _invite, working=lambda k: k in working, clock=lambda: now[0])
+    example = lambda text: read_invite(text).settings["format_example"]  # noqa: E731
+    assert example(h.extra_for("puppet-1")) and example(h.extra_for("student-1"))
+    assert not example(h.extra_for("student-2"))  # both slots held, not yet idle
+    working.add("student-1")  # its groups arrive; the puppet's never do
+    now[0] = ACTED_GRACE_S + 1
+    assert example(h.extra_for("student-3"))  # the puppet's slot
+    assert h.given == ["student-1", "student-3"]
+    assert not h.hinted("puppet-1", "host") and h.hinted("student-1", "host")
+    assert not example(h.extra_for("student-4"))  # student-3 has its grace; student-1 works

@@ -167,10 +167,7 @@ class ClassBoard:
         None); read before the board's lock is taken."""
         if sender in self.members or len(self.members) < self.max_members or self.received is None:
             return None
-        try:
-            return self.received()
-        except Exception:  # noqa: BLE001 - a transport bug: what else the host knows decides
-            return None
+        return self._received()  # ({} on a transport bug: what else the host knows decides)
 
     def _row(
         self, sender: str, received: dict[str, int] | None = None, own: bool = True
@@ -198,6 +195,20 @@ class ClassBoard:
             m.signed = True
             self.seats.heard(sender, self.clock())
         return m
+
+    def working(self, node_id: str) -> bool:
+        """Whether the host verified groups of `node_id` lately (board_seats.Seats.working)."""
+        received, now = self._received(), self.clock()
+        with self._lock:
+            self.seats.saw_work(received, now)
+            return self.seats.working(node_id, now)
+
+    def _received(self) -> dict[str, int]:
+        """The host's verified counts ({}: none, or a transport bug: it must not stop the view)."""
+        try:
+            return self.received() if self.received is not None else {}
+        except Exception:  # noqa: BLE001
+            return {}
 
     def admit(self, node_id: str | None, ip: str = "") -> str:
         """A seat for a newcomer that proved the code (Admissions.seat): "" admits it, else
@@ -296,12 +307,7 @@ class ClassBoard:
         """The class as plain values. Cheap when little changed: a member's row is rebuilt
         only when its figures changed, the learned-from counts are kept as rounds arrive, and
         the matrix holds the `matrix_members` most active members (None: all with a round)."""
-        received = {}
-        if self.received is not None:
-            try:
-                received = self.received()
-            except Exception:  # noqa: BLE001 - a transport bug must not take the view down
-                received = {}
+        received = self._received()
         verified = None if self.received is None else frozenset(k for k, n in received.items() if n)
         with self._lock:
             if received:

@@ -78,6 +78,11 @@ class Seats:
         if seat is not None and not seat.acted:
             seat.acted, seat.acted_at = True, now
 
+    def working(self, node_id: str, now: float) -> bool:
+        """Whether the host verified groups of `node_id` within RECENT_WORK_S."""
+        n, at = self.work.get(node_id, (0, 0.0))
+        return n > 0 and now - at < RECENT_WORK_S
+
     def saw_work(self, received: dict[str, int], now: float) -> None:
         """The host's verified counts (cumulative): when each one last grew."""
         for node_id, n in received.items():

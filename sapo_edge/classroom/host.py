@@ -179,6 +179,8 @@ class ClassHost:
                 name,
                 host_id,
             ).to_text(),
+            working=self.board.working,
+            log=self.log,
         )
         if self.hints.active:
             invite = read_invite(self.hints.extra_for(None))  # the students' settings, no hint
