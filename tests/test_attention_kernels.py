@@ -170,3 +170,32 @@ def test_the_fold_is_left_to_transformers_where_it_does_not_apply(monkeypatch):
     assert ak.folded_decode_sdpa(plain, torch.zeros(1, 2, 1, 4), k, k, None)[0] == "own"
     assert len(calls) == 3
     assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, None)[0] != "own"
+
+
+def test_half_precision_attention_over_several_positions_runs_in_float32(monkeypatch):
+    """torch's bfloat16 CPU attention kept a kernel for every new sequence length (+1.4 GB over
+    400 lengths) and was slower than float32: a call over several positions is computed in
+    float32 and rounded back once; a decode step stays in bfloat16."""
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    with ak.attention_kernels("cpu"):
+        pass  # registers the CPU attention
+    sdpa, seen = F.scaled_dot_product_attention, []
+
+    def recorded(q, k, v, *args, **kwargs):
+        seen.append((q.dtype, k.dtype, q.shape[2]))
+        return sdpa(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recorded)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 5, 8, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(2, 2, 5, 8, generator=g).to(torch.bfloat16) for _ in range(2))
+    module = SimpleNamespace(num_key_value_groups=2, training=False, is_causal=True)
+    out, _ = ak.folded_decode_sdpa(module, q, k, v, None, dropout=0.0, scaling=8**-0.5)
+    assert out.dtype == torch.bfloat16 and seen[-1][:2] == (torch.float32, torch.float32)
+    want = sdpa(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True, scale=8**-0.5)
+    assert torch.equal(out, want.transpose(1, 2).to(torch.bfloat16))
+    ak.folded_decode_sdpa(module, q[:, :, :1], k, v, None, dropout=0.0, scaling=8**-0.5)
+    assert seen[-1][0] == torch.bfloat16  # a decode step: bfloat16, heads folded
