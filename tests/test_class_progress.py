@@ -120,7 +120,7 @@ def test_a_headless_run_says_its_first_rounds_reward_before_the_train_step(tmp_p
     node.callback = PrintCallback(lines.append)
     first = node.run_round()
     node.run_round()
-    assert lines[0] == f"       a round 0 scored: reward {first.reward_mean:.3f}, training"
+    assert lines[0] == f"       a round 1 scored: reward {first.reward_mean:.3f}, training"
     assert len(lines) == 3 and "scored" not in lines[1] + lines[2]
 
 

@@ -191,7 +191,7 @@ def test_headless_ctrl_c_saves_and_prints_a_summary_whose_command_continues_the_
     proc = _headless(tiny_qwen, out_dir, tmp_path)
     try:
         for line in proc.stdout:  # one line per round: wait for the first
-            if " round    0 |" in line:
+            if " round    1 |" in line:
                 break
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=BOUND)

@@ -118,7 +118,7 @@ def test_mlx_run_killed_mid_run_resumes_from_its_last_checkpoint(tiny_qwen, tmp_
     seen = []
     for line in proc.stdout:  # a round-2 line means the checkpoint after round 1 is complete
         seen.append(line)
-        if "solo round    2" in line:
+        if "solo round    3" in line:
             proc.kill()
             break
     proc.wait(timeout=60)

@@ -141,7 +141,8 @@ def read_rewards(metrics_path: Path) -> list[float]:
 
 
 class PrintCallback(RunEvents):
-    """One readable line per round (headless runs, the simulator, non-terminal output)."""
+    """One readable line per round (headless runs, the simulator, non-terminal output), its round
+    counted from 1 as the dashboard, the class view and the page count it (metrics.jsonl from 0)."""
 
     def __init__(self, print_fn: Callable[[str], None] = print):
         self.print = print_fn
@@ -155,7 +156,7 @@ class PrintCallback(RunEvents):
         if r.mix == "adaptive":
             ext += f", J={r.external_target} chosen"
         self.print(
-            f"{r.node:>8} round {r.round:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
+            f"{r.node:>8} round {r.round + 1:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
             f" | recv {r.received} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"
             f" | step {r.train_seconds:.1f}s loss {r.loss:+.4f} | {r.round_seconds:.1f}s/round | rss {r.peak_rss_mb:,.0f} MB"
         )
@@ -171,4 +172,6 @@ class PrintCallback(RunEvents):
         train step; later rounds are said once, when done."""
         if node.name not in self.history:
             # not a round's line ("round N | ..."): the round is not done
-            self.print(f"{node.name:>8} round {node.round} scored: reward {reward:.3f}, training")
+            self.print(
+                f"{node.name:>8} round {node.round + 1} scored: reward {reward:.3f}, training"
+            )
