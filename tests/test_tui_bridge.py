@@ -183,6 +183,10 @@ def test_nothing_trained_reasons_follow_the_scores_and_settings(tmp_path):
     why, fix = why_nothing_trained(_report(received=3), [untagged], no_own)
     assert why.startswith("I=0") and "no peer group was usable" in why and "Raise I" in fix
     assert why_nothing_trained(_report(local_used=1), [untagged], cfg) is None
+    # issue 57: a run whose earlier rounds earned rewards is not told the questions are too hard
+    why, fix = why_nothing_trained(_report(), [tagged], cfg, earlier_best=0.94)
+    assert "after rounds whose mean reward reached 0.94" in why
+    assert "too hard" not in fix and "--model" not in fix
 
 
 def test_the_networked_node_passes_progress_on_to_the_dashboard():

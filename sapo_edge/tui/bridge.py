@@ -46,6 +46,7 @@ class TuiCallback(RunEvents):
         self.round_started = 0.0
         self.last_round_seconds: float | None = None
         self.received_total = 0
+        self.best_reward = 0.0  # the best mean reward of the rounds so far (why_nothing_trained)
         self.warned_no_peers = False
         self.progress_posted = 0.0
         self.tokens = self.live = 0  # generating: tokens so far, completions still running
@@ -112,9 +113,10 @@ class TuiCallback(RunEvents):
         self.post(PeersUpdated(peers, self.clock(), "transport" if has_transport_view else "seen"))
         names = {p.node_id: p.name or p.node_id for p in peers}
         self.post(RolloutsSeen(rollouts_of(r.round, node.last_groups, names)))
-        why = why_nothing_trained(r, node.last_groups.own, node.cfg)
+        why = why_nothing_trained(r, node.last_groups.own, node.cfg, self.best_reward)
         if why is not None:
             self.post(NothingTrained(r.round, *why))
+        self.best_reward = max(self.best_reward, r.reward_mean)
         self._maybe_warn_no_peers(node, r.round)
 
     def on_message(self, node: str, text: str) -> None:

@@ -10,11 +10,15 @@ from ..rl.rewards import extract_tagged
 RESTART = "quit (q) and run the command printed on exit with"
 
 
-def why_nothing_trained(report: Any, own: list[Any], cfg: Any) -> tuple[str, str] | None:
+def why_nothing_trained(
+    report: Any, own: list[Any], cfg: Any, earlier_best: float = 0.0
+) -> tuple[str, str] | None:
     """(why, fix) when the round's train step had no group to learn from, else None.
 
     A group teaches only when its completions scored differently (non-zero advantage); own
-    groups count when I > 0, peer groups when J > 0 and some arrived.
+    groups count when I > 0, peer groups when J > 0 and some arrived. `earlier_best`: the best
+    mean reward of this run's earlier rounds (a run that has earned rewards is not told its
+    questions are too hard after one round of wrong answers).
     """
     if report.local_used + report.external_used > 0:
         return None
@@ -27,7 +31,7 @@ def why_nothing_trained(report: Any, own: list[Any], cfg: Any) -> tuple[str, str
             f"I=0: this node trains only on peer groups, and {peers}.",
             "Raise I in the settings (c) to learn from this node's own answers.",
         )
-    why, fix = _own_groups(own, cfg)
+    why, fix = _own_groups(own, cfg, earlier_best)
     if j > 0:
         why += f"; {peers}"
     return why + ".", fix
@@ -41,13 +45,20 @@ def _peers_note(report: Any, j: int) -> str:
     return "no peer group was usable (each scored alike here too, or was stale or rejected)"
 
 
-def _own_groups(own: list[Any], cfg: Any) -> tuple[str, str]:
+def _own_groups(own: list[Any], cfg: Any, earlier_best: float = 0.0) -> tuple[str, str]:
     rewards = [r for g in own for r in g.rewards]
     n = len(own)
     if not rewards:
         return "this round produced no groups", "Check --questions-per-round and --group-size."
     low, high = min(rewards), max(rewards)
     alike = f"all {n} groups scored alike (reward {low:g})" if low == high else ""
+    if high <= 0 and earlier_best > 0:
+        return (
+            f"{alike}: every answer was wrong this round, after rounds whose mean reward "
+            f"reached {earlier_best:.2f}",
+            "Nothing to change: a round of questions this model got all wrong happens (its "
+            "questions are drawn at random); the next rounds go on learning from the earlier ones.",
+        )
     if high <= 0:
         tagged = sum(extract_tagged(c) is not None for g in own for c in g.completions)
         if tagged == 0 and not cfg.lenient:
