@@ -33,7 +33,7 @@ def test_a_student_joins_by_code_trains_and_rejoins_keeping_its_row(tiny_qwen, t
     host = start_host(tmp_path, "--model", "smollm2-135m", *FAST, "--rounds", "50")
     try:
         argv = ["join", host.code, "--headless", "--model", str(tiny_qwen), "--no-mdns"]
-        argv += ["--listen", "127.0.0.1:0"]
+        argv += ["--listen", "127.0.0.1:0", "--leave-when-done"]
         assert main([*argv, "--rounds", "2"]) == 0
         out, err = capsys.readouterr()
         me = load_or_create()[0]  # the student's identity (this test's SAPO_EDGE_HOME)
@@ -146,7 +146,7 @@ def test_joining_again_from_a_second_window_is_refused_while_the_first_runs(
         node_dir.mkdir(parents=True)
         (node_dir / RUNNING_FILE).write_text(str(first.pid))  # the first window's mark
         argv = ["join", host.code, "--headless", "--out-dir", str(tmp_path / "student")]
-        argv += ["--model", str(tiny_qwen), "--name", "ada", "--rounds", "0"]
+        argv += ["--model", str(tiny_qwen), "--name", "ada", "--rounds", "0", "--leave-when-done"]
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert f"in use by another sapo-edge (process {first.pid})" in err
@@ -182,4 +182,38 @@ def test_joining_from_the_hosts_laptop_under_its_identity_is_refused(tmp_path, c
         assert not (tmp_path / "s").exists()
     finally:
         hosting.kill()
+        host.close()
+
+
+def test_a_headless_student_whose_rounds_are_done_stays_to_hear_the_end(
+    tiny_qwen, tmp_path, capsys
+):
+    """Issue 57: headless students whose rounds were done exited, so they were never told the
+    class ended (the host said "2 links" for 3 students). One now stays in the class after its
+    rounds, linked, until the teacher's q reaches it, then exits 0 and says so."""
+    import threading
+
+    host = start_host(tmp_path, "--model", "smollm2-135m", *FAST, "--rounds", "50")
+    try:
+        argv = ["join", host.code, "--headless", "--model", str(tiny_qwen), "--no-mdns"]
+        argv += ["--listen", "127.0.0.1:0", "--rounds", "1"]
+        me = load_or_create()[0]  # made before the student's run loads it (no race to make it)
+        got: list[int] = []
+        student = threading.Thread(target=lambda: got.append(main(argv)), daemon=True)
+        student.start()
+
+        def done() -> bool:
+            m = host.board.members.get(me.node_id)
+            return m is not None and len(m.rounds) == 1
+
+        assert host.transport.wait_for(done, 60), "the student's round never came"
+        student.join(3)
+        assert student.is_alive() and not got  # its round is done: it stays in the class
+        assert host.goodbye() >= 1  # the teacher's q reaches it
+        student.join(20)
+        assert got == [0]
+        out, err = capsys.readouterr()
+        stay = out.index("stays in the class until the teacher ends it")
+        assert out.index("The class has ended", stay) > stay  # told, after its summary
+    finally:
         host.close()

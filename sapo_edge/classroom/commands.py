@@ -273,10 +273,36 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
         clear=lambda title: _say(f"{name:>8} resolved: {title} (no longer holds)"),
         ended=lambda: _say(f"{name:>8} {CLASS_ENDED_TITLE}: {remedy}"),
     )
+    joined.session.keep_open = True  # after its rounds: still told when the class ends
     try:
-        return run_headless(joined.cfg, session=joined.session, wrap=joined.callback)
+        code = run_headless(joined.cfg, session=joined.session, wrap=joined.callback)
+        if code == 0 and not args.leave_when_done:
+            code = _stay_until_the_end(joined, name)
+        return code
     finally:
         watcher.stop()
+        joined.transport.log = lambda _m: None  # it leaves the class's network, quietly
+        joined.transport.close()
+
+
+def _stay_until_the_end(joined: Any, name: str) -> int:
+    """A headless student whose rounds are done stays in the class (its classmates may still
+    train on its groups, and the teacher's end reaches it) until the teacher ends the class or
+    Ctrl-C / SIGTERM; issue 57: headless students whose rounds were done had exited, so they
+    were never told the class ended. Returns the exit status."""
+    from ..run.stopping import exit_code, stop_signals
+
+    if joined.class_ended.is_set():
+        return 0
+    _say(
+        f"{name:>8} this laptop's rounds are done and saved; it stays in the class until the "
+        "teacher ends it (Ctrl-C leaves now)"
+    )
+    left = threading.Event()
+    with stop_signals(lambda _name: left.set()) as received:
+        while not (joined.class_ended.wait(0.5) or left.is_set()):
+            pass
+    return exit_code(received[0]) if received else 0
 
 
 # --------------------------------------------------------------------------------- report
@@ -355,6 +381,12 @@ def add_commands(sub: Any, add_config_flags: Any) -> None:
         help="the join code on the teacher's screen, e.g. 7-acorn-zinnia@192.168.1.20:7745",
     )
     join.add_argument("--headless", action="store_true", help="one line per round, no dashboard")
+    join.add_argument(
+        "--leave-when-done",
+        action="store_true",
+        help="with --headless: leave the class once this laptop's rounds are done (by default "
+        "it stays until the teacher ends the class)",
+    )
     join.add_argument(
         "--baseline",
         action="store_true",
