@@ -13,6 +13,7 @@ import pytest
 from test_sim import FAST
 
 from sapo_edge.classroom.host import ClassHost, HostOptions
+from sapo_edge.classroom.join import account_name
 from sapo_edge.cli import build_parser, config_from_args, main
 from sapo_edge.data.paths import runs_dir
 from sapo_edge.run.runs import list_runs
@@ -46,7 +47,10 @@ def test_a_student_joins_by_code_trains_and_rejoins_keeping_its_row(tiny_qwen, t
             return m is not None and len(m.rounds) == n
 
         assert host.transport.wait_for(lambda: rounds_here(2), 10), "rounds never reached the host"
-        folder = runs_dir() / f"class-{host.transport.keys.lan_id[:12]}" / me.name
+        # its name in the class: this computer's account name (issue 57), said on joining
+        name = account_name() or me.name
+        assert f"your name in the class: {name}" in err or not account_name()
+        folder = runs_dir() / f"class-{host.transport.keys.lan_id[:12]}" / name
         saved = json.loads((folder / "config.json").read_text())
         assert saved["group_size"] == 3 and saved["room"] == "class" and "secret" not in saved
         assert host.admissions.grant.secret not in (folder / "config.json").read_text()
@@ -217,3 +221,19 @@ def test_a_headless_student_whose_rounds_are_done_stays_to_hear_the_end(
         assert out.index("The class has ended", stay) > stay  # told, after its summary
     finally:
         host.close()
+
+
+def test_a_student_without_a_name_takes_the_account_name_cleaned(monkeypatch) -> None:
+    """Issue 57: students got random names unless they passed --name, and nothing said so."""
+    import getpass
+
+    monkeypatch.setattr(getpass, "getuser", lambda: "ada.lovelace [lab 3]\x1b]0;x")
+    assert account_name() == "adalovelacelab30x"
+    monkeypatch.setattr(getpass, "getuser", lambda: "x" * 99)
+    assert account_name() == "x" * 40
+
+    def no_user() -> str:
+        raise OSError("no user")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert account_name() == ""

@@ -7,6 +7,7 @@ relay) and says which one carries it, or what to do when none does.
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import shlex
 import threading
 from collections.abc import Callable
@@ -218,6 +219,16 @@ def _keep_pace(cfg: Config, notes: list[str]) -> Config:
     return cfg
 
 
+def account_name() -> str:
+    """This computer's account name as a class name (letters, digits, '-' and '_', at most 40),
+    or "" where there is none to read."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no account name (a container without one): the identity's
+        return ""
+    return "".join(c for c in user if c.isalnum() or c in "-_")[:40]
+
+
 def join_class(
     code_text: str,
     local: dict[str, Any],
@@ -240,10 +251,15 @@ def join_class(
 
         identity, _ = load_or_create()
         hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
+    account = "" if local.get("name") else account_name()
+    if account:  # issue 57: not a random name the teacher cannot place
+        local = {**local, "name": account}
     said_name = printable(str(local.get("name") or identity.name), 40) or identity.name
     grant, invite = admit(code, timeout, (identity, said_name))
     cfg = class_config(invite, local)
     notes = [f"joined {clean(invite.host_name, 40)}'s class: {describe_task(invite.settings)}"]
+    if account:
+        notes.append(f"your name in the class: {account}, this computer's account (--name NAME)")
     if local.get("model") and local["model"] != invite.settings.get("model"):
         notes.append(
             f"training {clean(local['model'], 80)} (the class runs "
