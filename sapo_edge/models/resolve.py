@@ -311,7 +311,7 @@ def convert_gguf(
     out = cache_dir() / f"{name or gguf.stem}-{gguf_tag(gguf)}"
     if (out / "CONVERTED").is_file():
         return out
-    progress(f"converting {gguf.name} to safetensors in {out} (once; ~30 s)...")
+    progress(f"converting {gguf.name} to safetensors in {out} (once; about a minute)...")
     from ..backends.gguf_convert import dequantize  # torch lives under backends/ only
 
     fresh, tok = dequantize(gguf)

@@ -40,7 +40,9 @@ class RoundProgress(Vertical):
     def setup_text(self, text: str) -> None:
         """First run: what model loading / download / GGUF conversion is doing now."""
         if self.phase is None and not self.stopped:
-            line = Text.assemble(("starting", "bold"), " · " + clean(text)[-160:])
+            said = clean(text)  # a long one loses its middle (a path), never its first words
+            said = said if len(said) <= 160 else f"{said[:70]}...{said[-87:]}"
+            line = Text.assemble(("starting", "bold"), " · " + said)
             self.query_one("#phase", Static).update(line)
 
     def _round_label(self, round_: int) -> Text:
