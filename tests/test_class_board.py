@@ -379,3 +379,14 @@ def test_seats_kept_by_one_signed_message_lapse_for_an_honest_student() -> None:
     got = [board.admit(k, f"10.0.1.{i}") for i, k in enumerate(late)]
     assert got == [""] * 6 + ["class_full"]  # the six puppets' seats, not the worker's
     assert worker in board.seats.admitted and not set(puppets) & set(board.seats.admitted)
+
+
+def test_a_solo_baseline_is_left_out_of_who_learned_from_whom(tmp_path) -> None:
+    """Issue 57: the page's matrix drew the baseline's row and column of zeros (the terminal
+    left them out): it exchanges nothing, and no view shows it there now."""
+    board = ClassBoard(tmp_path / "class.jsonl", host_id=A)
+    board.record(A, stats(0, "teacher", learned={B: (1, 1)}))
+    board.record(B, stats(0, "bea", learned={A: (2, 1)}))
+    board.record(C, stats(0, "solo", role="baseline"))
+    snap = board.snapshot(matrix_members=None)
+    assert set(snap.matrix_ids) == {A, B} and C not in snap.matrix

@@ -143,3 +143,12 @@ def test_a_hint_slot_held_by_no_work_goes_to_the_next_student():
     assert h.given == ["student-1", "student-3"]
     assert not h.hinted("puppet-1", "host") and h.hinted("student-1", "host")
     assert not example(h.extra_for("student-4"))  # student-3 has its grace; student-1 works
+
+
+def test_the_page_says_what_the_lesson_shows():
+    """Issue 57: the page's subtitle ("basic_arithmetic · 4 questions x G=4 ...") meant nothing
+    to a student: with a hint, one sentence says what the lesson shows and what the tags are."""
+    said = Hints(Config(hint="host,2"), _invite).lesson()
+    assert said.startswith("This lesson: the teacher's laptop and 2 students see a worked example")
+    assert "<answer>...</answer>" in said
+    assert Hints(Config(hint=""), _invite).lesson() == ""

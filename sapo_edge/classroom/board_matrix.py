@@ -26,7 +26,9 @@ def learned_matrix(
 ) -> tuple[dict[str, dict[str, tuple[int, int]]], list[str]]:
     """Who learned from whom among the `matrix_members` most exchanging members (None: all
     with a round)."""
-    active = [row for row in rows if row.rounds]
+    # a solo baseline exchanges nothing: its row and column would be zeros (issue 57: the page
+    # drew them, the terminal left them out)
+    active = [row for row in rows if row.rounds and row.role != "baseline"]
     if matrix_members is not None and len(active) > matrix_members:  # the most exchanged
         by = {k: sum(t for t, _ in m.learned.values()) for k, m in members.items()}
         keep = sorted(active, key=lambda r: -(r.used_by_others + by[r.node_id]))

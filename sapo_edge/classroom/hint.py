@@ -93,6 +93,21 @@ class Hints:
             "see it and answer right only inside <answer> tags once they learned the format"
         )
 
+    def lesson(self) -> str:
+        """One sentence for the projector page saying what this lesson shows ("" without a
+        hint: the class's task line says enough)."""
+        if not self.active:
+            return ""
+        who = ["the teacher's laptop"] if self.host else []
+        if self.students:
+            who.append(f"{self.students} student{'s' if self.students != 1 else ''}")
+        return (
+            f"This lesson: {' and '.join(who)} see a worked example of the answer format; the "
+            "others do not. Only a right answer written inside <answer>...</answer> tags scores, "
+            "so watch the share of answers in tags climb on the laptops without the example as "
+            "they train on their classmates' rewarded answers."
+        )
+
     def hinted(self, node_id: str, host_id: str) -> bool:
         """Does this member see the example (for the class view's rows)?"""
         if not self.active:

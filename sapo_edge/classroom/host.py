@@ -290,7 +290,7 @@ class ClassHost:
 
     def class_json(self) -> dict[str, Any]:
         assert self.board is not None
-        return {**self.board.snapshot().to_json(), "task": self.task}
+        return {**self.board.snapshot().to_json(), "task": self.task, "lesson": self.hints.lesson()}
 
     def _page(self) -> web.Application:
         from ..web.page import make_app

@@ -197,6 +197,7 @@ function renderMatrix(data) {
 
 function render(data) {
   document.getElementById("task").textContent = data.task || "";
+  document.getElementById("lesson").textContent = data.lesson || "";
   const n = data.members.length;
   document.getElementById("status").textContent =
     `${n} member${n === 1 ? "" : "s"} · updated ${new Date(data.now * 1000).toLocaleTimeString()}`;
