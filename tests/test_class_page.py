@@ -160,13 +160,15 @@ def test_chromium_renders_the_class_and_names_stay_text(host, tmp_path) -> None:
             break
         seen[prefix] = node
     badgers = {seen[prefix]: name_for_id(seen[prefix]), node: name_for_id(node)}
+    tagger = "e" * 32  # the Aha lesson: its tags, strict reward, hint and first right answer
+    for member in [*badgers, tagger]:  # admitted with the code: the host vouches for them
+        assert host.board.admit(member, "127.0.0.1") == ""
     for me, name in badgers.items():
         other = next(k for k in badgers if k != me)
         host.board.record(
             me, RoundStats(0, 0.25, 2, 1, 1, 0, {other: (1, 1)}, name, "m", "torch", "cpu")
         )
     host.board.record_progress("f" * 32, Progress("stopped", 3, 8, name="gone"))
-    tagger = "e" * 32  # the Aha lesson: its tags, strict reward, hint and first right answer
     host.board.hinted = lambda node_id: node_id == tagger
     tags = RoundStats(
         0, 0.5, 2, 1, 0, 0, {}, "tagger", "m", "torch", "cpu", tagged=0.75, strict=0.5
