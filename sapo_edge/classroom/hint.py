@@ -83,13 +83,19 @@ class Hints:
                 "it; its slot goes to the next student"
             )
 
+    def _who(self, host: str, students: str) -> str:
+        """'this laptop and the first 2 students': `host` names the teacher's laptop,
+        `students` is a format of the count (its 's' added)."""
+        who = [host] if self.host else []
+        if self.students:
+            who.append(students.format(self.students) + ("s" if self.students != 1 else ""))
+        return " and ".join(who)
+
     def describe(self) -> str:
         """The host's log line: who sees the worked example."""
-        who = ["this laptop"] if self.host else []
-        if self.students:
-            who.append(f"the first {self.students} student{'s' if self.students != 1 else ''}")
+        who = self._who("this laptop", "the first {} student")
         return (
-            f"the worked example: {' and '.join(who)} (--hint {self.text}); the others never "
+            f"the worked example: {who} (--hint {self.text}); the others never "
             "see it and answer right only inside <answer> tags once they learned the format"
         )
 
@@ -98,11 +104,9 @@ class Hints:
         hint: the class's task line says enough)."""
         if not self.active:
             return ""
-        who = ["the teacher's laptop"] if self.host else []
-        if self.students:
-            who.append(f"{self.students} student{'s' if self.students != 1 else ''}")
+        who = self._who("the teacher's laptop", "{} student")
         return (
-            f"This lesson: {' and '.join(who)} see a worked example of the answer format; the "
+            f"This lesson: {who} see a worked example of the answer format; the "
             "others do not. Only a right answer written inside <answer>...</answer> tags scores, "
             "so watch the share of answers in tags climb on the laptops without the example as "
             "they train on their classmates' rewarded answers."
