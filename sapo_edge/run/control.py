@@ -114,7 +114,8 @@ class RunControl:
 # the estimate matters; later ones would only rewrite the file)
 LEARN_ROUNDS = 3
 
-# Settings the transport owns: applied by transport.reconfigure(), never by editing the config.
+# Settings the transport owns: a restart with the new value changes them, never an edit of the
+# running config.
 NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen", "solo"})
 
 
@@ -147,19 +148,14 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
             )
             node.cfg.save(node.out_dir / "config.json")  # a resumed run keeps them
             events(getattr(node, "callback", None)).on_settings(node, dict(known))
-    if other:
-        reconfigure = getattr(node.transport, "reconfigure", None)
-        if callable(reconfigure):
-            reconfigure(**other)
-            applied = ", ".join(f"{k}={v}" for k, v in other.items())
-            tell(node, log, "network settings applied: " + applied)
-        else:
-            tell(
-                node,
-                log,
-                f"{', '.join(other)}: this node's transport ({node.transport.describe()}) cannot "
-                "switch while running; restart sapo-edge with the new setting.",
-            )
+    if other:  # no transport switches its network while running (issue 55: the probe for a
+        # reconfigure() that none has read like a feature)
+        tell(
+            node,
+            log,
+            f"{', '.join(other)}: this node's transport ({node.transport.describe()}) cannot "
+            "switch while running; restart sapo-edge with the new setting.",
+        )
 
 
 def run_rounds(
