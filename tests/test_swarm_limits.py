@@ -462,3 +462,15 @@ def test_every_shipped_task_config_is_within_the_bounds() -> None:
     assert len(configs) > 1
     for c in configs:
         TaskRef.make("basic_arithmetic", c, 1, 2)
+
+
+def test_a_group_the_sampler_would_refuse_never_enters_the_pool() -> None:
+    """Issue 54 #2: a group of a task this node does not train on waited in the pool (held, up
+    to ~20 rounds) until the sampler tried it and refused it; it is refused on arrival."""
+    ours = TaskRef.make("basic_arithmetic", {"min_terms": 2}, seed=7, index=1)
+    pool = ExternalPool("me", accepts=lambda ref: ref == ours)
+    honest = _small_group("peer", 1, ("4", "5"))
+    assert pool.add(honest, 1) and pool.last_refusal == ""
+    foreign = RolloutGroup(**{**honest.__dict__, "task_ref": TaskRef.make("bf", {}, 7, 1)})
+    assert not pool.add(foreign, 1) and pool.last_refusal == "foreign_task"
+    assert pool.stats()["foreign_task"] == 1 and len(pool) == 1

@@ -53,6 +53,7 @@ class ExternalPool:
         "added",
         "own",
         "empty",
+        "foreign_task",
         "duplicate",
         "evicted",
         "stale",
@@ -71,6 +72,7 @@ class ExternalPool:
         max_chars: int = 128 << 20,
         max_producer_share: float = 0.25,
         group_floor: int = GROUP_FLOOR,
+        accepts: Callable[[Any], bool] = lambda _ref: True,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"pool capacity is {capacity}; it must hold at least one group.")
@@ -97,6 +99,10 @@ class ExternalPool:
         self.max_chars = max_chars
         self.max_per_producer = max(1, int(capacity * max_producer_share))
         self.group_floor = group_floor
+        # the sampler's check of a task ref (its domains and configs): a group it would refuse
+        # is never held (`foreign_task`), not kept until the sampler tries it
+        self.accepts = accepts
+        self.last_refusal = ""  # why the latest add() returned False
         self._chars: dict[str, int] = {}  # producer -> characters held
         self._held: dict[
             str, OrderedDict[str, None]
@@ -107,15 +113,21 @@ class ExternalPool:
     def add(self, group: RolloutGroup, local_round: int) -> bool:
         """Keep a peer's group; False (and counted) for own groups and ids seen before."""
         gid = group.group_id
+        refusal = (
+            "own"
+            if group.producer == self.self_id
+            else "empty"
+            if _empty(group)
+            else "foreign_task"
+            if not self.accepts(group.task_ref)
+            else ""
+        )
         with self._lock:
-            if group.producer == self.self_id:
-                self._counts["own"] += 1
-                return False
-            if _empty(group):
-                self._counts["empty"] += 1
-                return False
-            if gid in self._seen:
-                self._counts["duplicate"] += 1
+            if not refusal and gid in self._seen:
+                refusal = "duplicate"
+            self.last_refusal = refusal
+            if refusal:
+                self._counts[refusal] = self._counts.get(refusal, 0) + 1
                 return False
             self._seen[gid] = None
             if len(self._seen) > self._seen_capacity:

@@ -81,9 +81,8 @@ class Node:
         self.mix = AdaptiveMix(seed)  # chooses J each round when cfg.mix is "adaptive"
         self.success = Success()  # recent own success per domain (targeted sampling)
         self.backend.reset(seed)  # LoRA weights from the node seed: two fresh runs are identical
-        self.pool = ExternalPool(
-            node_id, freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share
-        )
+        pool_kw = dict(freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share)
+        self.pool = ExternalPool(node_id, accepts=self.sampler.accepts, **pool_kw)
         self.rewards = reward_config(cfg)
         self._pool_before_sampling: tuple | None = None  # restored when a round stops
         self._received: int | None = None  # groups received by the round in flight
@@ -330,10 +329,9 @@ class Node:
                 self.peer_tally.payload_rejected(sender, e.reason)
                 continue
             for g in groups:
-                added = self.pool.add(g, self.round)
+                added = self.pool.add(g, self.round)  # (own, empty, foreign or seen: refused)
                 count += added
-                why = "" if added else "own" if g.producer == self.node_id else "duplicate"
-                self.peer_tally.group(g.producer, g.model, g.rewards, added, why)
+                self.peer_tally.group(g.producer, g.model, g.rewards, added, self.pool.last_refusal)
         return count
 
     def _rescore(self, group: RolloutGroup) -> ScoredGroup | None:
