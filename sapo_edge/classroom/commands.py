@@ -244,7 +244,12 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
     passes the student's dashboard from tui/)."""
     from ..backends import select_backend
     from .join import join_class
-    from .join_status import CLASS_ENDED_TITLE, class_ended_remedy, follow_class
+    from .join_status import (
+        CLASS_ENDED_TITLE,
+        class_ended_remedy,
+        follow_class,
+        stay_until_the_end,
+    )
 
     if not args.code:
         from .join import JoinError
@@ -265,44 +270,27 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
         return dashboard(joined)
     from ..run.runner import run_headless
 
-    name, remedy = joined.cfg.name, class_ended_remedy("Ctrl-C")
+    name, staying = joined.cfg.name, threading.Event()
     watcher = follow_class(
         joined,
         say=lambda text: _say(f"{name:>8} {text}"),
         warn=lambda title, remedy: _say(f"{name:>8} {title}: {remedy}"),
         clear=lambda title: _say(f"{name:>8} resolved: {title} (no longer holds)"),
-        ended=lambda: _say(f"{name:>8} {CLASS_ENDED_TITLE}: {remedy}"),
+        ended=lambda: _say(
+            f"{name:>8} {CLASS_ENDED_TITLE}: "
+            + class_ended_remedy("Ctrl-C", leaving=staying.is_set())
+        ),
     )
     joined.session.keep_open = True  # after its rounds: still told when the class ends
     try:
         code = run_headless(joined.cfg, session=joined.session, wrap=joined.callback)
         if code == 0 and not args.leave_when_done:
-            code = _stay_until_the_end(joined, name)
+            code = stay_until_the_end(joined, lambda text: _say(f"{name:>8} {text}"), staying)
         return code
     finally:
         watcher.stop()
         joined.transport.log = lambda _m: None  # it leaves the class's network, quietly
         joined.transport.close()
-
-
-def _stay_until_the_end(joined: Any, name: str) -> int:
-    """A headless student whose rounds are done stays in the class (its classmates may still
-    train on its groups, and the teacher's end reaches it) until the teacher ends the class or
-    Ctrl-C / SIGTERM; issue 57: headless students whose rounds were done had exited, so they
-    were never told the class ended. Returns the exit status."""
-    from ..run.stopping import exit_code, stop_signals
-
-    if joined.class_ended.is_set():
-        return 0
-    _say(
-        f"{name:>8} this laptop's rounds are done and saved; it stays in the class until the "
-        "teacher ends it (Ctrl-C leaves now)"
-    )
-    left = threading.Event()
-    with stop_signals(lambda _name: left.set()) as received:
-        while not (joined.class_ended.wait(0.5) or left.is_set()):
-            pass
-    return exit_code(received[0]) if received else 0
 
 
 # --------------------------------------------------------------------------------- report

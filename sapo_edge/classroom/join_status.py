@@ -163,9 +163,12 @@ def expired_count(transport: Any) -> int:
 CLASS_ENDED_TITLE = "The class has ended"
 
 
-def class_ended_remedy(stop: str, *, done: bool = False) -> str:
+def class_ended_remedy(stop: str, *, done: bool = False, leaving: bool = False) -> str:
     """What a student is told when the host ends the class; `stop`: the key or keys to stop;
-    `done`: this laptop's rounds are already done."""
+    `done`: this laptop's rounds are already done; `leaving`: and it leaves by itself (a
+    headless student that stayed to hear the end)."""
+    if leaving:
+        return "The teacher ended the class. This laptop's rounds are done and saved: it leaves."
     if done:
         return (
             f"The teacher ended the class. This laptop's rounds are done and saved: {stop} quits."
@@ -175,6 +178,26 @@ def class_ended_remedy(stop: str, *, done: bool = False) -> str:
         "any classmates still running) until its rounds are done, its run saved as it goes; or "
         f"{stop} stops it now and saves the round under way."
     )
+
+
+def stay_until_the_end(joined: Joined, say: Callable[[str], None], staying: threading.Event) -> int:
+    """A headless student whose rounds are done stays in the class (classmates may still train
+    on its groups) until the teacher ends it or Ctrl-C / SIGTERM (issue 57: such students had
+    exited and were never told the class ended). Returns the exit status."""
+    from ..run.stopping import exit_code, stop_signals
+
+    staying.set()
+    if joined.class_ended.is_set():
+        return 0
+    say(
+        "this laptop's rounds are done and saved; it stays in the class until the teacher "
+        "ends it (Ctrl-C leaves now)"
+    )
+    left = threading.Event()
+    with stop_signals(lambda _name: left.set()) as received:
+        while not (joined.class_ended.wait(0.5) or left.is_set()):
+            pass
+    return exit_code(received[0]) if received else 0
 
 
 def no_path_remedy(joined: Joined) -> str:
