@@ -99,7 +99,7 @@ def test_cpu_attention_groups_the_heads_in_the_kernel_with_the_same_result(tiny_
     ids1, logps1, state1 = _run(tiny_qwen)
     # the tiny Qwen has 4 query heads and 2 key/value heads: the kernel got 2, grouped, for
     # several positions a row (prefill, scoring, training); a decode step's 4 query heads were
-    # folded onto the 2 key/value heads, 2 query positions each (folded_decode_sdpa)
+    # folded onto the 2 key/value heads, 2 query positions each (cpu_sdpa)
     many = {(q, kv, gqa) for q, kv, gqa, n in seen if n > 1 and n != 2}
     assert many == {(4, 2, True)}
     assert {(q, kv, gqa) for q, kv, gqa, n in seen if n == 2 and q == kv} == {(2, 2, False)}
@@ -128,7 +128,7 @@ def test_the_switch_is_on_while_a_cpu_backend_works_and_a_user_choice_is_kept(mo
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("masked", [False, True])
 def test_a_folded_decode_step_is_attention_over_each_key_value_head(dtype, masked):
-    """folded_decode_sdpa against attention written out by hand with each key/value head copied
+    """cpu_sdpa against attention written out by hand with each key/value head copied
     for its query heads (transformers' eager arithmetic), with and without a padding mask."""
     from types import SimpleNamespace
 
@@ -139,9 +139,7 @@ def test_a_folded_decode_step_is_attention_over_each_key_value_head(dtype, maske
     keep = torch.ones(b, 1, 1, n, dtype=torch.bool)
     keep[1, ..., :2] = False  # row 1's first two positions are padding
     module = SimpleNamespace(num_key_value_groups=h // kv, training=False)
-    out, _ = ak.folded_decode_sdpa(
-        module, q, k, v, keep if masked else None, dropout=0.0, scaling=d**-0.5
-    )
+    out, _ = ak.cpu_sdpa(module, q, k, v, keep if masked else None, dropout=0.0, scaling=d**-0.5)
     kr, vr = (t.float().repeat_interleave(h // kv, 1) for t in (k, v))
     scores = q.float() @ kr.transpose(-1, -2) * d**-0.5
     if masked:
@@ -164,12 +162,12 @@ def test_the_fold_is_left_to_transformers_where_it_does_not_apply(monkeypatch):
     grouped = SimpleNamespace(num_key_value_groups=2, training=False)
     plain = SimpleNamespace(num_key_value_groups=1, training=False)
     k = torch.zeros(1, 2, 3, 4)
-    assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 2, 4), k, k, None)[0] == "own"
+    assert ak.cpu_sdpa(grouped, torch.zeros(1, 4, 2, 4), k, k, None)[0] == "own"
     head_mask = torch.ones(1, 4, 1, 3, dtype=torch.bool)
-    assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, head_mask)[0] == "own"
-    assert ak.folded_decode_sdpa(plain, torch.zeros(1, 2, 1, 4), k, k, None)[0] == "own"
+    assert ak.cpu_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, head_mask)[0] == "own"
+    assert ak.cpu_sdpa(plain, torch.zeros(1, 2, 1, 4), k, k, None)[0] == "own"
     assert len(calls) == 3
-    assert ak.folded_decode_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, None)[0] != "own"
+    assert ak.cpu_sdpa(grouped, torch.zeros(1, 4, 1, 4), k, k, None)[0] != "own"
 
 
 def test_half_precision_attention_over_several_positions_runs_in_float32(monkeypatch):
@@ -193,9 +191,9 @@ def test_half_precision_attention_over_several_positions_runs_in_float32(monkeyp
     q = torch.randn(2, 4, 5, 8, generator=g).to(torch.bfloat16)
     k, v = (torch.randn(2, 2, 5, 8, generator=g).to(torch.bfloat16) for _ in range(2))
     module = SimpleNamespace(num_key_value_groups=2, training=False, is_causal=True)
-    out, _ = ak.folded_decode_sdpa(module, q, k, v, None, dropout=0.0, scaling=8**-0.5)
+    out, _ = ak.cpu_sdpa(module, q, k, v, None, dropout=0.0, scaling=8**-0.5)
     assert out.dtype == torch.bfloat16 and seen[-1][:2] == (torch.float32, torch.float32)
     want = sdpa(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=True, scale=8**-0.5)
     assert torch.equal(out, want.transpose(1, 2).to(torch.bfloat16))
-    ak.folded_decode_sdpa(module, q[:, :, :1], k, v, None, dropout=0.0, scaling=8**-0.5)
+    ak.cpu_sdpa(module, q[:, :, :1], k, v, None, dropout=0.0, scaling=8**-0.5)
     assert seen[-1][0] == torch.bfloat16  # a decode step: bfloat16, heads folded

@@ -18,18 +18,20 @@ torch >= 2.5) with the same result, bit for bit in float32 and bfloat16, and gra
 rounding (tests/test_attention_kernels.py). transformers' switch for it is the environment
 variable TRANSFORMERS_SDPA_FORCE_GQA, which a CPU backend sets while it samples, scores or trains
 (unless the user set it): on CUDA a mask with grouped heads would fall back to plain attention.
-
-A decode step (one query position per row) is the exception: there torch's CPU kernel with grouped
-heads was 10x slower than one whose query heads are folded onto their key/value head, the
-step's few queries per head becoming query positions of one matrix (bfloat16, 64 rows x 14 heads
-over 100 keys: 5.4 ms against 0.5 ms a call; float32 1.1 ms against 0.6 ms; AMD EPYC with
-avx512_bf16, 2 threads): at Qwen2.5-0.5B's shapes it took a fifth of a round's generation.
-transformers folds them itself (`pack_gqa`) only when the switch is off and a mask is given; a
-batch without padding has none. So a CPU backend has transformers' "sdpa" attention fold every
-CPU decode step's heads (`folded_decode_sdpa`; the same sums, grouped in another order) and
-hands everything else to transformers' own. Measured (AMD EPYC, quiet, float32, 128 new tokens): a train step's peak above resting 263 ->
+Measured (AMD EPYC, quiet, float32, 128 new tokens): a train step's peak above resting 263 ->
 243 MB (SmolLM2, 8 rows) and 365 -> 348 MB (Qwen2.5-0.5B's shapes, 4 rows), its time unchanged
 within the noise (9.8 -> 9.3 s, 24.3 -> 24.0 s, medians of 3 and 2).
+
+Once a CPU backend runs, transformers' "sdpa" attention is `cpu_sdpa`, which changes two cases
+on the CPU and hands everything else to transformers' own:
+- A decode step (one query position per row) with grouped heads: torch's grouped-heads kernel
+  was 10x slower there than one call whose query heads are folded onto their key/value head
+  (bfloat16, 64 rows x 14 heads over 100 keys: 5.4 ms against 0.5 ms a call; float32 1.1 ms
+  against 0.6 ms; AMD EPYC with avx512_bf16, 2 threads): at Qwen2.5-0.5B's shapes it took a
+  fifth of a round's generation. transformers folds them itself (`pack_gqa`) only when the
+  switch is off and a mask is given, and a batch without padding has none.
+- Several query positions in a half-precision model: computed in float32, rounded back once
+  (`_float32_sdpa` says why).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def _grouped_off() -> None:
 _GROUPED = HeldSetting(_grouped_on, _grouped_off)
 
 
-def folded_decode_sdpa(module, query, key, value, attention_mask, *args, **kwargs):
+def cpu_sdpa(module, query, key, value, attention_mask, *args, **kwargs):
     """transformers' "sdpa" attention, except on the CPU: a decode step with grouped key/value
     heads runs each key/value head's query heads as the query positions of one attention call
     (transformers' pack_gqa arithmetic, whatever the switch says and with or without a mask),
@@ -122,10 +124,10 @@ _SDPA: list = []  # transformers' own "sdpa" attention, once replaced
 
 
 def _fold_decode_heads() -> None:
-    """Register folded_decode_sdpa as transformers' "sdpa" attention (once per process)."""
+    """Register cpu_sdpa as transformers' "sdpa" attention (once per process)."""
     if _SDPA:
         return
     from transformers.modeling_utils import AttentionInterface
 
     _SDPA.append(AttentionInterface._global_mapping["sdpa"])
-    AttentionInterface.register("sdpa", folded_decode_sdpa)
+    AttentionInterface.register("sdpa", cpu_sdpa)

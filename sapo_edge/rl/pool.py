@@ -104,14 +104,13 @@ class ExternalPool:
         self.accepts = accepts
         self.last_refusal = ""  # why the latest add() returned False
         self._chars: dict[str, int] = {}  # producer -> characters held
-        self._held: dict[
-            str, OrderedDict[str, None]
-        ] = {}  # producer -> its group ids, oldest first
+        self._held: dict[str, OrderedDict[str, None]] = {}  # producer -> its ids, oldest first
         self._total_chars = 0
         self.last_targeted = 0  # groups the latest sample() took for being preferred
 
     def add(self, group: RolloutGroup, local_round: int) -> bool:
-        """Keep a peer's group; False (and counted) for own groups and ids seen before."""
+        """Keep a peer's group; False (counted, and said in `last_refusal`) for an own group, one
+        whose completions are all blank, one of a task `accepts` refuses, and an id seen before."""
         gid = group.group_id
         refusal = (
             "own"
