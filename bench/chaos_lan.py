@@ -200,9 +200,19 @@ def _until(pred, timeout: float, step: float = 0.05) -> float | None:
     return None
 
 
+class _Early(Exception):
+    """A node exited before every node listened: the run ends there (and fails)."""
+
+
+def _exited(procs: list[NodeProc]) -> bool:
+    return any(p.proc.poll() is not None for p in procs)
+
+
 def _failed(out: dict) -> list[str]:
     """The run's pass conditions that did not hold, in words ([] when it passed)."""
     why = []
+    if out.get("died_starting"):
+        why.append(f"{', '.join(out['died_starting'])} exited while starting")
     if out.get("mesh_s") is None:
         why.append("no full mesh")
     if "lan" not in out.get("linked_via", []):
@@ -219,6 +229,17 @@ def _failed(out: dict) -> list[str]:
         if r["errors"]:
             why.append(f"{name} printed errors: {r['errors']}")
     return why
+
+
+def tails(work: Path, out: dict, lines: int = 40) -> str:
+    """The last lines of each node's saved output (trace lines aside) and its pool counters:
+    what a failed run's message carries, since CI keeps nothing else of it."""
+    parts = []
+    for f in sorted(work.glob("n*.out")):
+        own = [ln for ln in f.read_text().splitlines() if _TRACE not in ln]
+        pool = (out.get("rounds", {}).get(f.stem) or {}).get("pool")
+        parts.append(f"--- {f.stem} (pool {pool}):\n" + "\n".join(own[-lines:]))
+    return "\n".join(parts)
 
 
 def run_lan(
@@ -254,7 +275,13 @@ def run_lan(
                 )
 
             t0 = time.time()
-            out["start_s"] = _until(lambda: all(p.listening() for p in procs), start_timeout)
+            out["start_s"] = _until(
+                lambda: all(p.listening() for p in procs) or _exited(procs), start_timeout
+            )
+            if _exited(procs):  # a node died while starting: no point waiting out the bounds
+                out["start_s"] = None
+                out["died_starting"] = [p.name for p in procs if p.proc.poll() is not None]
+                raise _Early()
             out["mesh_s"] = _until(meshed, timeout) if out["start_s"] is not None else None
             # no --peer and no --relay was given: every link was dialed to an mDNS advert (a
             # link the other side dialed first may print "via manual" until its advert is seen)
@@ -272,6 +299,8 @@ def run_lan(
             out["heal_s"] = _until(meshed, timeout)
             time.sleep(5)
             out["seconds"] = round(time.time() - t0, 1)
+        except _Early:
+            pass
         finally:
             for p in procs:
                 p.stop()
@@ -280,11 +309,9 @@ def run_lan(
         p.save(work)
     out["rounds"] = {}
     for p in procs:
-        rows = [
-            json.loads(x)
-            for x in (work / "runs" / p.name / "metrics.jsonl").read_text().splitlines()
-            if x
-        ]
+        metrics = work / "runs" / p.name / "metrics.jsonl"
+        text = metrics.read_text() if metrics.exists() else ""  # none when it died starting
+        rows = [json.loads(x) for x in text.splitlines() if x]
         secs = [r["round_seconds"] for r in rows]
         out["rounds"][p.name] = {
             "rounds": len(rows),

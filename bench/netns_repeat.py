@@ -49,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=150.0, help="the test's mesh/heal bound")
+    ap.add_argument("--pools", action="store_true", help="print each node's pool counters")
     ap.add_argument("--keep", type=Path, default=None, help="where failed runs' logs go")
     a = ap.parse_args()
     if why := chaos_lan.can_netns():
@@ -77,6 +78,14 @@ def main() -> None:
             line += f" (start {_s(got.get('start_s'))}, mesh {_s(got.get('mesh_s'))}, "
             line += f"drop {_s(got.get('drop_s'))}, heal {_s(got.get('heal_s'))}, "
             line += f"{time.time() - t0:.0f} s)"
+            rounds = got.get("rounds", {})
+            line += "; recv " + ", ".join(
+                f"{k} {r['received']}/{r['rounds']}r" for k, r in sorted(rounds.items())
+            )
+            if a.pools:
+                for k, r in sorted(rounds.items()):
+                    pool = {n: v for n, v in (r.get("pool") or {}).items() if v}
+                    line += f"\n  {k} pool {json.dumps(pool)}"
             print(line, flush=True)
             if why:
                 dest = keep / f"run{i}"

@@ -26,6 +26,6 @@ def test_nodes_in_namespaces_find_each_other_partition_and_heal(tiny_qwen, tmp_p
         pytest.skip(why)
     tmp_path.chmod(0o755)
     got = chaos_lan.run_lan(tiny_qwen, tmp_path, n=3, cut_s=8.0, timeout=150.0)
-    assert got["ok"], (got["why"], got)
+    assert got["ok"], (got["why"], chaos_lan.tails(tmp_path, got), got)
     assert got["heal_s"] < 70.0  # within the dialer's longest backoff (reconnect_max 60 s)
     assert all(r["round_s_max"] < 30.0 for r in got["rounds"].values())

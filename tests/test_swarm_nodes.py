@@ -17,9 +17,12 @@ from sapo_edge.rl.trainer import Node
 @pytest.fixture
 def swarm(tmp_path: Path):
     cfg = make_cfg(tmp_path)
-    a = net()
-    b = net(peers=[f"127.0.0.1:{a.port}"])
-    c = net(peers=[f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"])
+    # rounds here take milliseconds: a pace of 600 a minute (5 s's worth at once at 60) keeps
+    # pacing out of what these tests look at (test_chaos_pacing_and_clock.py tests it)
+    fast = dict(max_batches_per_minute=600)
+    a = net(**fast)
+    b = net(peers=[f"127.0.0.1:{a.port}"], **fast)
+    c = net(peers=[f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"], **fast)
     transports = [a, b, c]
     nodes = [
         Node(
