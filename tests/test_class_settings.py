@@ -5,6 +5,7 @@ any config, and fit the admission's sealed welcome; join codes parse with typo h
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -176,7 +177,14 @@ def test_a_student_whose_clock_is_off_is_told_so() -> None:
         peers=lambda: [],
     )
     code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
-    joined = SimpleNamespace(transport=transport, code=code, relay="ws://h:1", host_address="h:1")
+    joined = SimpleNamespace(
+        transport=transport,
+        code=code,
+        relay="ws://h:1",
+        host_address="h:1",
+        class_ended=threading.Event(),
+        removed=threading.Event(),
+    )
     said, warned = [], []
     watcher = PathWatcher(joined, said.append, lambda t, r: warned.append((t, r)), every=0.02)
     watcher.start()
@@ -200,7 +208,6 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
     until quit, under a header saying it was in the class. The watcher says when it no longer
     holds, and the dashboard's banner goes (a fatal error, or another warning, stays)."""
     import asyncio
-    import threading
     from collections import Counter
     from types import SimpleNamespace
 
@@ -226,6 +233,8 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
         relay="ws://h:1",
         host_address="h:1",
         invite=SimpleNamespace(node_port=7744, relay_port=7745),
+        class_ended=threading.Event(),
+        removed=threading.Event(),
     )
     warned, cleared = threading.Event(), threading.Event()
     events = []
@@ -274,7 +283,6 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
 def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> None:
     """Issue 28: a student's dashboard stays in the class after its rounds (to hear the end);
     once the host has ended the class, its paths going away is no reason for a warning."""
-    import threading
     import time
     from collections import Counter
     from types import SimpleNamespace
@@ -297,6 +305,7 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
         host_address="h:1",
         invite=SimpleNamespace(node_port=7744, relay_port=7745),
         class_ended=threading.Event(),
+        removed=threading.Event(),
     )
     joined.class_ended.set()
     warned, said = [], []
@@ -333,7 +342,14 @@ def test_a_watcher_says_nothing_once_the_run_has_left_the_class_network() -> Non
         peers=lambda: [],
     )
     code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
-    joined = SimpleNamespace(transport=transport, code=code, relay="ws://h:1", host_address="h:1")
+    joined = SimpleNamespace(
+        transport=transport,
+        code=code,
+        relay="ws://h:1",
+        host_address="h:1",
+        class_ended=threading.Event(),
+        removed=threading.Event(),
+    )
     said: list[str] = []
     watcher = PathWatcher(joined, said.append, lambda _t, _r: None, every=0.02).start()
     try:

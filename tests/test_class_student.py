@@ -85,6 +85,7 @@ def test_the_header_says_the_class_ended_while_classmates_are_still_linked() -> 
         host_address="192.168.1.20:7744",
         invite=SimpleNamespace(node_port=7744, relay_port=7745),
         class_ended=threading.Event(),
+        removed=threading.Event(),
     )
     said: list[str] = []
     changed = threading.Event()

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..swarm.progress import NOT_SCORED, Progress
 from ..swarm.stats import MAX_REWARD, RoundStats
-from .board_matrix import given_by, learned_matrix
+from .board_matrix import given_by, learn, learned_matrix
 from .board_rows import (
     ClassSnapshot,
     RowParts,
@@ -27,7 +27,7 @@ from .board_rows import (
     member_row,
     scored_round,
 )
-from .board_seats import Seats
+from .board_seats import Seats, vouched_ids
 
 CLASS_FILE = "class.jsonl"
 # Bounds on what members' claims may cost the host (a round with 64 producers is ~16 KB in
@@ -105,6 +105,7 @@ class ClassBoard:
         self.on_change: Callable[[], None] | None = None
         self.hinted: Callable[[str], bool] = lambda _node_id: False  # sees the worked example
         self.seats = Seats(max_members - 1)
+        self.removed: set[str] = set()  # members the teacher removed (rows kept, marked)
         self._lock = threading.Lock()
         self.version = 0  # bumped on every change
         self.rounds_version = 0  # bumped when rounds or rows change (not on progress)
@@ -136,7 +137,7 @@ class ClassBoard:
             old = m.rounds.get(stats.round)
             self.total_rounds += old is None
             m.rounds[stats.round] = stats
-            self._learn(m, old, stats)
+            learn(m.learned, old, stats, self.dropped, MAX_LEARNED)
             m.version += 1
             self.version += 1
             self.rounds_version += 1
@@ -225,23 +226,22 @@ class ClassBoard:
                     self.dropped["unsaved"] += 1
             return reason
 
-    def _learn(self, m: _Member, old: RoundStats | None, new: RoundStats) -> None:
-        """Keep m's learned-from counts as rounds arrive: a round reported again replaces its
-        counts; at most MAX_LEARNED producers (a hostile learner naming endless ids)."""
-        if old is not None:
-            for producer, (t, r) in old.learned.items():
-                pair = m.learned.get(producer)
-                if pair is not None:
-                    pair[0], pair[1] = max(0, pair[0] - t), max(0, pair[1] - r)
-        for producer, (t, r) in new.learned.items():
-            pair = m.learned.get(producer)
-            if pair is None:
-                if len(m.learned) >= MAX_LEARNED:
-                    self.dropped["learned_over_producers"] += 1
-                    continue
-                pair = m.learned[producer] = [0, 0]
-            pair[0] += t
-            pair[1] += r
+    def set_removed(self, node_id: str, removed: bool = True) -> None:
+        """The teacher removed `node_id` from the class (or let it back): its rows stay, marked,
+        out of the views and of the lesson's figures; said in class.jsonl for the report."""
+        with self._lock:
+            (self.removed.add if removed else self.removed.discard)(node_id)
+            self.version += 1
+            self.rounds_version += 1
+            if self.path is not None:
+                word = "removed" if removed else "readmitted"
+                try:
+                    with open(self.path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps({"at": self.clock(), word: node_id}) + "\n")
+                except OSError:
+                    self.dropped["unsaved"] += 1
+        if self.on_change is not None:
+            self.on_change()
 
     def record_progress(
         self, sender: str, progress: Progress, at: float | None = None, own: bool = True
@@ -303,10 +303,13 @@ class ClassBoard:
         return load_board(cls, path, host_id, received)
 
     # ------------------------------------------------------------------ reading
-    def snapshot(self, matrix_members: int | None = MATRIX_MEMBERS) -> ClassSnapshot:
+    def snapshot(
+        self, matrix_members: int | None = MATRIX_MEMBERS, *, removed: bool = False
+    ) -> ClassSnapshot:
         """The class as plain values. Cheap when little changed: a member's row is rebuilt
         only when its figures changed, the learned-from counts are kept as rounds arrive, and
-        the matrix holds the `matrix_members` most active members (None: all with a round)."""
+        the matrix holds the `matrix_members` most active members (None: all with a round).
+        `removed`: with the rows of members the teacher removed (the report), marked."""
         received = self._received()
         verified = None if self.received is None else frozenset(k for k, n in received.items() if n)
         with self._lock:
@@ -328,18 +331,10 @@ class ClassBoard:
             ]
         now = self.clock()  # the host's own row is this process: heard now, paused or not
         rows = [replace(r, last_seen=now) if r.is_host else r for r in rows]
+        if not removed and self.removed:
+            rows = [r for r in rows if not r.removed]
+            curves = {k: v for k, v in curves.items() if k not in self.removed}
         return ClassSnapshot(rows, curves, mean, base, matrix, now, matrix_ids, self.version)
-
-    def _vouched(
-        self, ids: set[str], verified: frozenset | None, admitted: frozenset | None
-    ) -> frozenset:
-        """The members the host vouches for: itself, those whose groups it verified, those it
-        admitted; all of them where it knows neither (a board read back, a test)."""
-        if verified is None and admitted is None:
-            return frozenset(ids)
-        return frozenset(
-            k for k in ids if k == self.host_id or k in (verified or ()) or k in (admitted or ())
-        )
 
     def _figures(self, matrix_members: int | None, verified: frozenset | None) -> tuple[Any, ...]:
         """Rows (received_here left to the caller), curves, means, matrix (lock held). The
@@ -359,7 +354,7 @@ class ClassBoard:
             parts[m.node_id] = had[2]
         self._rows = fresh  # rows of members no longer here go
         admitted = frozenset(self.seats.admitted) if self.admissions_known else None
-        vouched = self._vouched(ids, verified, admitted)
+        vouched = vouched_ids(ids, self.host_id, verified, admitted) - self.removed
         key = (self.rounds_version, matrix_members, vouched)
         if self._exchange is None or self._exchange[0] != key:  # progress alone: kept
             told = [m for m in members if m.node_id in vouched]
@@ -374,20 +369,25 @@ class ClassBoard:
             row = member_row(
                 m, parts[m.node_id], names[m.node_id], given_pair, self.host_id, hinted
             )
+            if m.node_id in self.removed:
+                row = replace(row, removed=True)
             rows.append(row if m.node_id in vouched else replace(row, vouched=False))
         _key, _given, matrix, matrix_ids, means = self._exchange
         if matrix is None:
             told_rows = [r for r in rows if r.vouched]
             matrix, matrix_ids = learned_matrix(told_rows, self.members, matrix_members)
             self._exchange = (key, given, matrix, matrix_ids, means)
-        which = (tuple(r.role for r in rows), verified, admitted)  # a role may change
+        which = (tuple(r.role for r in rows), verified, admitted, frozenset(self.removed))
         if which not in means:
             counted = [
                 r
                 for r in rows
-                if r.is_host
-                or (r.role == "baseline" and (admitted is None or r.node_id in admitted))
-                or (r.role != "baseline" and (verified is None or r.node_id in verified))
+                if not r.removed
+                and (
+                    r.is_host
+                    or (r.role == "baseline" and (admitted is None or r.node_id in admitted))
+                    or (r.role != "baseline" and (verified is None or r.node_id in verified))
+                )
             ]
             means.clear()
             means[which] = (

@@ -37,6 +37,12 @@ def load_board(
                     board.seats.admitted[admitted] = Seat(0.0, "", acted=True)
                     board.admissions_known = True
                     continue
+                said = [(w, obj.get(w)) for w in ("removed", "readmitted") if w in obj]
+                if said and isinstance(said[0][1], str) and is_node_id(said[0][1]):
+                    (board.removed.add if said[0][0] == "removed" else board.removed.discard)(
+                        said[0][1]
+                    )
+                    continue
                 sender = obj["sender"]
                 if not (isinstance(sender, str) and len(sender) == 32):
                     raise ValueError("sender")

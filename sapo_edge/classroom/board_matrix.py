@@ -9,6 +9,26 @@ from typing import Any
 from .board_rows import MemberRow
 
 
+def learn(learned: dict[str, list[int]], old: Any, new: Any, dropped: Any, cap: int) -> None:
+    """Keep a member's learned-from counts as its rounds arrive: a round reported again
+    replaces its counts; at most `cap` producers (a hostile learner naming endless ids:
+    counted in `dropped`)."""
+    if old is not None:
+        for producer, (t, r) in old.learned.items():
+            pair = learned.get(producer)
+            if pair is not None:
+                pair[0], pair[1] = max(0, pair[0] - t), max(0, pair[1] - r)
+    for producer, (t, r) in new.learned.items():
+        pair = learned.get(producer)
+        if pair is None:
+            if len(learned) >= cap:
+                dropped["learned_over_producers"] += 1
+                continue
+            pair = learned[producer] = [0, 0]
+        pair[0] += t
+        pair[1] += r
+
+
 def given_by(members: list[Any], ids: set[str]) -> dict[str, list[int]]:
     """Per producer on the board: [groups others trained on, of those rewarded]."""
     given: dict[str, list[int]] = {}

@@ -54,6 +54,7 @@ class MemberRow:
     # lesson's story (who learned from whom, first right answers, the tags plot); a claim alone
     # from an identity nobody vouched for does not (issue 54)
     vouched: bool = True
+    removed: bool = False  # the teacher removed it from the class (only the report shows it)
     tags_curve: list[tuple[int, float, float]] = field(default_factory=list)  # (round, 1-based;
     # share in tags; strict reward) of the rounds that said them
 
@@ -153,17 +154,19 @@ def is_final(state: str) -> bool:
     return state == "left" or state.startswith("done after")
 
 
-# The views add "(host)", "(baseline)" and "(hint)" after the names of those rows (row_marks): a
+# The views add "(host)", "(baseline)", "(hint)" and "(removed)" after the names of those rows (row_marks): a
 # member's own name cannot carry them (a student's "Ms Smith (host)" row must not pass for the
 # teacher's).
-_MARK = r"(host|baseline|hint)"
+_MARK = r"(host|baseline|hint|removed)"
 MARKS = re.compile(rf"(\s*[(\[]\s*{_MARK}(\s*,\s*{_MARK})*\s*[)\]])+\s*$", re.IGNORECASE)
 
 
 def row_marks(row: MemberRow) -> str:
-    """' (host)', ' (baseline)', ' (host, hint)' (it sees the worked example) or ''."""
+    """' (host)', ' (baseline)', ' (host, hint)' (it sees the worked example), ' (removed)'
+    (the teacher removed it) or ''."""
     marks = ["host"] if row.is_host else ["baseline"] if row.role == "baseline" else []
     marks += ["hint"] if row.hinted else []
+    marks += ["removed"] if row.removed else []
     return f" ({', '.join(marks)})" if marks else ""
 
 

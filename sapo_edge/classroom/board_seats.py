@@ -115,3 +115,15 @@ class Seats:
                 best = key
         assert best is not None
         return best[0], best[2]
+
+
+def vouched_ids(
+    ids: set[str], host_id: str, verified: frozenset | None, admitted: frozenset | None
+) -> frozenset:
+    """The members the host vouches for: itself, those whose groups it verified, those it
+    admitted; all of them where it knows neither (a board read back, a test)."""
+    if verified is None and admitted is None:
+        return frozenset(ids)
+    return frozenset(
+        k for k in ids if k == host_id or k in (verified or ()) or k in (admitted or ())
+    )

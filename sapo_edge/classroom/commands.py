@@ -135,12 +135,16 @@ def _bindable(host: str) -> bool:
 
 def run_host_headless(host: Any) -> int:
     """The class without a terminal UI: the code, then one line per member's round; Ctrl-C or
-    SIGTERM stops this laptop's training (saved), ends the class and writes the report."""
+    SIGTERM stops this laptop's training (saved), ends the class and writes the report. A line
+    on standard input `remove NAME` removes a member, `readmit NAME` lets it back."""
     from ..rl.metrics import PrintCallback
     from ..run.control import RunControl
     from ..run.stopping import exit_code, stop_signals
+    from .removal import read_teacher_lines
 
     _print_code(host)
+    _say("  (type `remove NAME` and Enter to remove a member from the class)")
+    read_teacher_lines(host, sys.stdin, _say)
     lines = RoundLines(host.board, _say).start()
     control, ended = RunControl(), threading.Event()
 
@@ -246,8 +250,10 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
     from .join import join_class
     from .join_status import (
         CLASS_ENDED_TITLE,
+        REMOVED_TITLE,
         class_ended_remedy,
         follow_class,
+        removed_remedy,
         stay_until_the_end,
     )
 
@@ -279,6 +285,10 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
         ended=lambda: _say(
             f"{name:>8} {CLASS_ENDED_TITLE}: "
             + class_ended_remedy("Ctrl-C", leaving=staying.is_set())
+        ),
+        removed=lambda: _say(
+            f"{name:>8} {REMOVED_TITLE}: "
+            + removed_remedy("Ctrl-C", joined.alone_command(headless=True))
         ),
     )
     joined.session.keep_open = True  # after its rounds: still told when the class ends

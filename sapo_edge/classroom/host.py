@@ -31,6 +31,7 @@ from .code import format_code, qr_lines
 from .hint import Hints
 from .host_services import HostServices, lan_address
 from .member import ClassMember, printable
+from .removal import Removals, Repeater, teacher_says, tell
 from .settings import describe_task, make_invite, read_invite
 
 INFO_FILE = "class-info.json"  # who hosted, the task: what `report` needs besides class.jsonl
@@ -89,6 +90,8 @@ class ClassHost:
         self.admissions: Admissions | None = None
         self.hints = Hints(cfg, lambda _example: "")  # set up with the invite at start()
         self._said_full = -1e9  # when the log last said the class is full
+        self.removals: Removals | None = None  # whom the teacher removed (set by start)
+        self._repeater: Repeater | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ClassHost:
@@ -148,6 +151,7 @@ class ClassHost:
         )
         self.board.admissions_known = True  # its mean and baseline: verified or admitted only
         self.transport.stats.on_stats = self.board.on_stats
+        self.removals = Removals(self.transport)
         self.admissions.on_admitted = self._admitted
         try:
             self.transport.start()
@@ -188,6 +192,7 @@ class ClassHost:
             self.board.hinted = lambda node_id: self.hints.hinted(node_id, host_id)
             self.log(self.hints.describe())
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
+        self._repeater = Repeater(self.removals, lambda node_id: tell(self, node_id))
         self.new_code()
         info = {
             "host_id": ident.node_id,
@@ -225,7 +230,14 @@ class ClassHost:
         self.log_to(lambda _m: None)  # no "peer ... disconnected" lines after the summary
         self.close()
 
+    def remove(self, who: str, removed: bool = True) -> str:
+        """The teacher removes the member `who` names, or lets it back (removal.py); returns
+        what to tell the teacher, ValueError what to type instead."""
+        return teacher_says(self, who, removed)
+
     def close(self) -> None:
+        if self._repeater is not None:
+            self._repeater.stop()
         if self.transport is not None:
             self.transport.close()
         if self.services is not None:
@@ -243,6 +255,8 @@ class ClassHost:
         """Admissions.seat: a newcomer proved the code; "" gives it a seat on the board."""
         if self.board is None:
             return ""
+        if node_id is not None and self.removals is not None and node_id in self.removals:
+            return "removed"
         reason = self.board.admit(node_id, ip)
         now = time.monotonic()
         if reason == "class_full" and now - self._said_full > 10.0:  # one line in 10 s
@@ -336,6 +350,7 @@ class ClassHost:
             local=self.board.record,
             log=self.log,
             local_progress=self.board.record_progress,
+            removals=self.removals,
         )
 
     def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:

@@ -27,6 +27,7 @@ from ..swarm.progress import Progress
 from ..swarm.roomkey import room_keys
 from .code import JoinCode, parse_code
 from .member import ClassMember, printable
+from .removal import Removals
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
 
 FIRST_LINK_WAIT = 10.0  # before its first round a student waits this long for the class
@@ -106,6 +107,10 @@ class Joined:
     class_ended: threading.Event = dataclasses.field(default_factory=threading.Event)
     on_class_ended: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     code_in_force: str = ""  # the host's newer code once it said one (its n), else ""
+    # the teacher removed this laptop from the class (the host's signed word); on_removed: once
+    removed: threading.Event = dataclasses.field(default_factory=threading.Event)
+    on_removed: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    removals: Removals | None = None  # the members the host removed (set by hear_the_host)
 
     @property
     def transport(self) -> NetworkTransport:
@@ -119,6 +124,8 @@ class Joined:
         host_id = self.invite.host_id
         if self.transport.nats is not None:
             self.transport.nats.want_end = True
+        self.removals = removals = Removals(self.transport)
+        own_id = self.transport.ident.node_id
 
         def heard(v: Any) -> None:
             p = v.progress
@@ -129,18 +136,32 @@ class Joined:
                     self.code_in_force = str(parse_code(p.code))
                 except ValueError:
                     pass  # not a code: the summary keeps the one typed
-            if p.phase == "ended":
-                if not self.class_ended.is_set():
-                    self.class_ended.set()
-                    for fn in list(self.on_class_ended):
-                        try:
-                            fn()
-                        except Exception as e:  # noqa: BLE001 - the others are still told
-                            self.transport.log(f"could not show that the class ended: {e}")
+            if p.phase in ("removed", "readmitted") and p.member != own_id:
+                removals.heard(p.member, p.phase == "removed", v.sent_at)
+            elif p.phase == "removed" and not self.removed.is_set():
+                self.removed.set()
+                self._tell(self.on_removed, "that the teacher removed this laptop")
+            if p.phase == "ended" and not self.class_ended.is_set():
+                self.class_ended.set()
+                self._tell(self.on_class_ended, "that the class ended")
 
         stats = self.transport.intake.stats
         stats.on_stats = heard  # a failing handler says so, in the transport's log of the time
         stats.log = lambda text: self.transport.log(text)
+
+    def alone_command(self, *, headless: bool, more: bool = False) -> str:
+        """The command that goes on training alone from this run's checkpoint."""
+        out = Path(self.cfg.out_dir).resolve()
+        args = ["sapo-edge", "run", "--solo", "--config", str(out / self.cfg.name / "config.json")]
+        args += ["--out-dir", str(out), "--resume"] + (["--headless"] if headless else [])
+        return shlex.join(args + (["--rounds", str(self.cfg.rounds * 2)] if more else []))
+
+    def _tell(self, callbacks: list[Callable[[], None]], what: str) -> None:
+        for fn in list(callbacks):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - the others are still told
+                self.transport.log(f"could not show {what}: {e}")
 
     def continue_command(self, *, headless: bool, more: bool) -> str:
         """What the run's summary prints to go on: `join` with the code in force (the host's
@@ -148,18 +169,13 @@ class Joined:
         on alone from its checkpoint."""
         flags = ["--headless"] if headless else []
         flags += ["--rounds", str(self.cfg.rounds * 2)] if more else []
-        if self.class_ended.is_set():
-            out = Path(self.cfg.out_dir).resolve()
-            args = [
-                "sapo-edge",
-                "run",
-                "--solo",
-                "--config",
-                str(out / self.cfg.name / "config.json"),
-            ]
-            return "none: the class has ended (no join code admits anyone now); alone: " + (
-                shlex.join([*args, "--out-dir", str(out), "--resume", *flags])
+        if self.class_ended.is_set() or self.removed.is_set():
+            why = (
+                "the teacher removed this laptop from the class"
+                if self.removed.is_set()
+                else "the class has ended (no join code admits anyone now)"
             )
+            return f"none: {why}; alone: {self.alone_command(headless=headless, more=more)}"
         args = ["sapo-edge", "join", self.code_in_force or str(self.code), *flags[:1]]
         args += ["--baseline"] if self.role == "baseline" else []
         for key in ("model", "name", "out_dir", "backend"):
@@ -182,6 +198,7 @@ class Joined:
             first_link=self.wait_for_class,
             progress=self.transport.stats.publish_progress,
             last_word=self.transport.stats.send_goodbye,  # "left" or "done" at once, before it closes
+            removals=self.removals,
         )
 
     def start_network(self) -> None:

@@ -50,13 +50,17 @@ def follow_class(
     warn: Callable[[str, str], None],
     clear: Callable[[str], None],
     ended: Callable[[], None],
+    removed: Callable[[], None] | None = None,
     on_path: Callable[[str], None] | None = None,
 ) -> PathWatcher:
     """What a student's run shows of the class, headless or in its dashboard: which path carries
     it (`say`, and `on_path` for a header), what to check while none does (`warn`, `clear`) and
-    the teacher's end (`ended`, once, on the network's thread); then its network starts, so the
-    class sees this laptop while its model loads. stop() the watcher when the run ends."""
+    the teacher's end (`ended`, once, on the network's thread) and its removal of this laptop
+    (`removed`, once, likewise); then its network starts, so the class sees this laptop while
+    its model loads. stop() the watcher when the run ends."""
     joined.on_class_ended.append(ended)
+    if removed is not None:
+        joined.on_removed.append(removed)
     watcher = PathWatcher(joined, say, warn, clear=clear)
     watcher.on_path = on_path
     watcher.start()
@@ -112,9 +116,11 @@ class PathWatcher:
             elif clock_warned and expired == 0:  # the class's messages are accepted now
                 clock_warned = False
                 self.clear(CLOCK_TITLE)
-            ended = getattr(self.joined, "class_ended", None)
-            over = ended is not None and ended.is_set()
-            if over:  # said whatever still links this laptop to classmates
+            out = self.joined.removed.is_set()
+            over = self.joined.class_ended.is_set() or out
+            if out:  # every classmate refuses it now: nothing to reach
+                text = REMOVED_TEXT
+            elif over:  # said whatever still links this laptop to classmates
                 text = ended_text(text if ok else "")
             if text != self.last:
                 self.last = text
@@ -161,6 +167,18 @@ def expired_count(transport: Any) -> int:
 
 
 CLASS_ENDED_TITLE = "The class has ended"
+REMOVED_TITLE = "Removed from the class"
+REMOVED_TEXT = "removed from the class by the teacher: training alone"
+
+
+def removed_remedy(stop: str, alone: str) -> str:
+    """What a student is told when the teacher removes its laptop from the class; `alone`: the
+    command that goes on training alone later."""
+    return (
+        "The teacher removed this laptop from the class: classmates no longer train on its "
+        "answers, nor it on theirs. It goes on training alone until its rounds are done, its run "
+        f"saved as it goes ({stop} stops it now). Later, alone: {alone}"
+    )
 
 
 def class_ended_remedy(stop: str, *, done: bool = False, leaving: bool = False) -> str:
@@ -187,7 +205,7 @@ def stay_until_the_end(joined: Joined, say: Callable[[str], None], staying: thre
     from ..run.stopping import exit_code, stop_signals
 
     staying.set()
-    if joined.class_ended.is_set():
+    if joined.class_ended.is_set() or joined.removed.is_set():
         return 0
     say(
         "this laptop's rounds are done and saved; it stays in the class until the teacher "
@@ -195,7 +213,7 @@ def stay_until_the_end(joined: Joined, say: Callable[[str], None], staying: thre
     )
     left = threading.Event()
     with stop_signals(lambda _name: left.set()) as received:
-        while not (joined.class_ended.wait(0.5) or left.is_set()):
+        while not (joined.class_ended.wait(0.5) or left.is_set() or joined.removed.is_set()):
             pass
     return exit_code(received[0]) if received else 0
 

@@ -89,8 +89,10 @@ class ClassMember(Forward):
         progress: Callable[[Progress], None] | None = None,
         local_progress: Callable[[str, Progress], None] | None = None,
         last_word: Callable[[Progress], Any] | None = None,
+        removals: Any = None,
     ) -> None:
         super().__init__(inner)
+        self.removals = removals  # removal.Removals: the teacher's, applied to the node's pool
         self.publish, self.role, self.local, self.log = publish, role, local, log
         self.first_link = first_link
         self.progress, self.local_progress = progress, local_progress
@@ -142,6 +144,8 @@ class ClassMember(Forward):
 
     def on_phase(self, node: Any, phase: str) -> None:
         self.node = node
+        if self.removals is not None:  # before it samples: none of a removed member's groups
+            self.removals.apply(node.pool)
         if self.first_link is not None:
             wait, self.first_link = self.first_link, None
             self.say(node, "waiting")

@@ -85,7 +85,7 @@ def load_class(
         info = {}
     host_id = info.get("host_id", "") if isinstance(info.get("host_id"), str) else ""
     board = ClassBoard.load(path, host_id=host_id, received=received)
-    return board.snapshot(matrix_members=None), info
+    return board.snapshot(matrix_members=None, removed=True), info
 
 
 VERIFIED_FILE = "host_verified.json"  # the groups the host verified per member, at its report

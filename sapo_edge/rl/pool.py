@@ -46,7 +46,8 @@ class ExternalPool:
     of the producer holding the most groups goes; past `max_chars` of text (each group counted
     at least `group_floor`), the oldest of the producer holding the most text; and one producer
     holds at most `max_producer_share` of the capacity (its own oldest goes first). A group whose
-    completions are all empty is refused (`empty`).
+    completions are all empty is refused (`empty`), and so is every group of a producer the
+    class's host removed (`refuse_producer`: `removed`, its groups held here dropped).
     """
 
     COUNTERS = (
@@ -54,6 +55,7 @@ class ExternalPool:
         "own",
         "empty",
         "foreign_task",
+        "removed",
         "duplicate",
         "evicted",
         "stale",
@@ -103,6 +105,7 @@ class ExternalPool:
         # is never held (`foreign_task`), not kept until the sampler tries it
         self.accepts = accepts
         self.last_refusal = ""  # why the latest add() returned False
+        self.refused: set[str] = set()  # producers removed from the class: none of theirs kept
         self._chars: dict[str, int] = {}  # producer -> characters held
         self._held: dict[str, OrderedDict[str, None]] = {}  # producer -> its ids, oldest first
         self._total_chars = 0
@@ -115,6 +118,8 @@ class ExternalPool:
         refusal = (
             "own"
             if group.producer == self.self_id
+            else "removed"
+            if group.producer in self.refused
             else "empty"
             if _empty(group)
             else "foreign_task"
@@ -140,6 +145,20 @@ class ExternalPool:
             while len(self._pool) > 1 and self._total_chars > self.max_chars:
                 self._evict_oldest(max(self._chars, key=lambda p: (self._chars[p], p)))
             return True
+
+    def refuse_producer(self, producer: str, refused: bool = True) -> int:
+        """A member the class's host removed: its groups held here go (counted `removed`) and
+        none is kept or trained on until it is let back (refused=False). How many went."""
+        with self._lock:
+            if not refused:
+                self.refused.discard(producer)
+                return 0
+            self.refused.add(producer)
+            gone = list(self._held.get(producer, ()))
+            for gid in gone:
+                self._drop(gid)
+            self._counts["removed"] += len(gone)
+            return len(gone)
 
     def _size(self, group: RolloutGroup) -> int:
         """What a group counts against the text bound: its characters, group_floor at least."""
@@ -329,6 +348,9 @@ class ExternalPool:
             if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
                 return None, False
             self._drop(gid)
+            if entry.group.producer in self.refused:  # back from a snapshot taken before
+                self._counts["removed"] += 1
+                return None, False
         try:
             sg = rescore(entry.group)  # outside the lock: regenerating a task may be slow
         except ValueError:

@@ -271,6 +271,8 @@ class Admissions:
 _REFUSED = {
     "class_full": "the class is full: ask the teacher (sapo-edge host --max-members sets its size).",
     "busy": "many newcomers from this address are still on their way in; trying again.",
+    "removed": "the teacher removed this laptop from the class: only the teacher can let it "
+    "back (readmit in the class view, or `readmit NAME` on a headless host).",
 }
 
 

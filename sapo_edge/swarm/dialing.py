@@ -23,6 +23,10 @@ from .netcore import NetCore
 from .peer import MAX_FRAME_BYTES
 from .resume import GapWatch
 
+# a peer that hangs up with these at once refused us: dialing it again waits longer each time
+# (a removed laptop redialing at the base rate kept every member's handshakes busy)
+REFUSED = ("removed", "muted")
+
 MAX_LAN_DIALS = 32  # dial loops for LAN adverts; a failing one makes room for a new advert
 MAX_CANDIDATES = 4  # addresses remembered per advertised node id
 RESUME_GAP_S = 3.0  # the loop stood still this long (asleep, stopped): re-dial at once
@@ -178,8 +182,11 @@ class Dialer:
                 continue
             await self._wait_unmuted(node_id)
             target = entry.candidates[0]
+            if node_id in self.core.book.removed:  # the class's host removed it: no dial
+                await self._backoff(16)
+                continue
             peer, bye = await self._dial_once(target, "lan", node_id)
-            if peer:
+            if peer and bye not in REFUSED:
                 entry.failures = 0
                 if bye == "duplicate_connection":
                     await self.table.wait_link(node_id)
@@ -215,8 +222,9 @@ class Dialer:
                 await self._wait_unmuted(node_id)
             got, bye = await self._dial_once(target, via, "")
             if got:
-                failures = 0
                 node_id = got if via != "relay" else ""
+            if got and bye not in REFUSED:
+                failures = 0
                 if node_id and bye == "duplicate_connection":
                     await self.table.wait_link(node_id)
             else:

@@ -61,6 +61,13 @@ class FairInbox:
                     del self.by_sender[s], self.count_by_sender[s]
                 return
 
+    def purge(self, sender: str) -> int:
+        """Drop every batch `sender` has waiting (a member the host removed); how many."""
+        n = self.count_by_sender.get(sender, 0)
+        for _ in range(n):
+            self._evict_from(sender)
+        return n
+
     def drain(self) -> list[tuple[str, bytes]]:
         items = list(self.items)
         self.items.clear()

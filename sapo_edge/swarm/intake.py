@@ -82,6 +82,10 @@ class Intake:
             return self._reject(route, "wrong_sender") or None
         if msg.sender == self.self_id:
             return None  # our own batch, echoed
+        if msg.sender in self.book.removed:  # the host removed it from the class
+            with self.book.changed:
+                self.counters["dropped_removed"] += 1
+            return None
         sender_st = self.book.stats.get(msg.sender)
         if sender_st and sender_st.muted_until > time.time():
             with self.book.changed:

@@ -153,6 +153,10 @@ class LinkTable:
         if not relay and st.muted_until > time.time():
             await send_bye(session, ws, "muted", "too many rejected messages; try later.")
             return None
+        if key in self.core.book.removed:
+            self.core.count("links_refused_removed")
+            await send_bye(session, ws, "removed", "the class's host removed this member.")
+            return None
         old = self.links.get(key)
         keep_new = True
         if old is not None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from ..data.rollout import RolloutError, groups_of
+from . import removed
 from .admission import Admissions, serve_admission
 from .batches import make_rollouts, seal
 from .dialing import Dialer
@@ -342,6 +343,13 @@ class NetworkTransport:
     def rejections(self, key: str | None = None) -> Counter:
         """Rejection reasons for one peer key (node id, 'relay:URL', 'ip:ADDR'), or all of them."""
         return self.book.rejections(key)
+
+    def remove_member(self, node_id: str) -> int:
+        """The host removed `node_id` from the class: refused from now on (removed.py)."""
+        return removed.remove(self, node_id)
+
+    def readmit_member(self, node_id: str) -> None:
+        removed.readmit(self, node_id)
 
     def connected(self) -> list[str]:
         """Keys of the live links: peer node ids and 'relay:URL'."""

@@ -63,6 +63,9 @@ class PeerBook:
         self.reject_threshold, self.reject_window = reject_threshold, reject_window
         self.mute_base, self.max_tracked = mute_base, max_tracked
         self.stats: dict[str, PeerStats] = {}
+        # members the class's host removed (its signed word): refused at the handshake and at
+        # the intake until it readmits them; never forgotten as `stats` rows are
+        self.removed: set[str] = set()
 
     def stat(self, key: str, auth: Auth | None, via: str, node_id: str = "") -> PeerStats:
         with self.changed:

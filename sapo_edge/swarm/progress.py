@@ -38,7 +38,10 @@ PHASES = (
     "stopped",  # stopped (q, an error): it has left; its row stays
     "ended",  # the host: the class has ended (its goodbye; students heed only the host's)
     "code",  # the host: its join code in force now (`code`; students' exit summaries print it)
+    "removed",  # the host: `member` is out of the class (every member drops it; it is told)
+    "readmitted",  # the host: `member` may be in the class again
 )
+HOST_PHASES = ("ended", "code", "removed", "readmitted")  # heeded from the host only
 ROLES = ("member", "baseline")
 _FIELDS = {
     "phase": ("str", 16),
@@ -53,6 +56,7 @@ _FIELDS = {
     "role": ("str", 16),
     "reward": ("float", 0),
     "code": ("str", 120),
+    "member": ("str", 32),
 }
 NOT_SCORED = -1.0  # `reward` before the round's answers are scored
 
@@ -73,6 +77,7 @@ class Progress:
     role: str = "member"
     reward: float = NOT_SCORED  # the round's own mean reward once its answers are scored
     code: str = ""  # phase "code": the host's join code in force ("" in every other phase)
+    member: str = ""  # phases "removed", "readmitted": the member's node id ("" in the others)
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in _FIELDS}
@@ -92,6 +97,10 @@ class Progress:
             raise ProtocolError("bad_value", "progress.done is over progress.total.")
         if d["reward"] != NOT_SCORED and not 0.0 <= d["reward"] <= MAX_REWARD:
             raise ProtocolError("bad_value", f"progress.reward must be in [0, {MAX_REWARD}].")
+        if d["member"] and (len(d["member"]) != 32 or d["member"].strip("0123456789abcdef")):
+            raise ProtocolError("bad_value", "progress.member must be a node id (32 hex).")
+        if bool(d["member"]) != (d["phase"] in ("removed", "readmitted")):
+            raise ProtocolError("bad_value", "progress.member goes with removed/readmitted only.")
         for key in ("name", "model", "backend", "device", "code"):
             if not d[key].isprintable():
                 raise ProtocolError("bad_value", f"progress.{key} holds control characters.")
@@ -116,6 +125,8 @@ class Progress:
             return "ended the class"
         if self.phase == "code":
             return "a new join code"
+        if self.phase in ("removed", "readmitted"):
+            return f"{self.phase} a member"
         return f"round {self.round + 1} · {self.phase}{pct if self.phase in ('generating', 'training') else ''}"
 
 

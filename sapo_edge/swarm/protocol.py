@@ -33,7 +33,7 @@ REASONS = frozenset(
     bad_json bad_utf8 bad_unicode too_large too_deep non_finite huge_int duplicate_key
     missing_field unknown_field unknown_type unexpected_message timeout closed no_pong ws_error
     busy no_such_code expired_code wrong_code rate_limited class_full replay expired stale_round
-    wrong_producer wrong_sender evicted refused other""".split()
+    wrong_producer wrong_sender evicted refused removed other""".split()
 )
 
 

@@ -25,9 +25,11 @@ from textual.widgets import Footer, RichLog, Static
 
 from ..classroom.board_rows import ClassSnapshot
 from ..classroom.code import big_text
+from ..classroom.removal import teacher_line
 from ..data.textsafe import clean
 from ..events import RunEvents
 from ..run.control import RunControl
+from .screens.remove import RemoveScreen
 from .widgets.class_widgets import ClassChart, JoinPanel, LearnedMatrix, MembersTable
 
 
@@ -93,6 +95,7 @@ class ClassView(App[str]):
         Binding("r", "report", "report"),
         Binding("s", "save", "save own"),
         Binding("p", "pause", "pause own training"),
+        Binding("x", "remove", "remove member"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
         Binding("ctrl+q", "quit_class", "end class", show=False, priority=True),
@@ -293,6 +296,30 @@ class ClassView(App[str]):
             self.notify(self.own if paused else "this laptop's training goes on")
         else:
             self.notify("this laptop is not training (nothing to pause)")
+
+    def action_remove(self) -> None:
+        """x: remove a member from the class (the selected row's name filled in)."""
+        if self.host is None or self.host.board is None:
+            return
+        table = self.query_one(MembersTable)
+        name = ""
+        if table.row_count:
+            node_id = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+            rows = {m.node_id: m.name for m in self.host.board.snapshot().members}
+            name = rows.get(node_id or "", "")
+
+        def done(line: str | None) -> None:
+            if not line or not line.strip():
+                return
+            try:
+                said = teacher_line(self.host, line, default="remove")
+            except ValueError as e:
+                self.notify(clean(str(e), 300), severity="error", markup=False)
+                return
+            self.host.log(said)
+            self.notify(clean(said, 300), markup=False)
+
+        self.push_screen(RemoveScreen(name), done)
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#class-log")

@@ -8,7 +8,14 @@ import threading
 from typing import Any
 
 from ..classroom.join import Joined
-from ..classroom.join_status import CLASS_ENDED_TITLE, PathWatcher, class_ended_remedy, follow_class
+from ..classroom.join_status import (
+    CLASS_ENDED_TITLE,
+    REMOVED_TITLE,
+    PathWatcher,
+    class_ended_remedy,
+    follow_class,
+    removed_remedy,
+)
 from .app import run_dashboard
 from .messages import LogLine, PathChanged, Problem, ProblemCleared
 
@@ -29,12 +36,18 @@ def run_join_dashboard(joined: Joined) -> int:
             callback.post(Problem(CLASS_ENDED_TITLE, remedy, fatal=False))
             callback.post(LogLine(f"{CLASS_ENDED_TITLE}: {remedy}"))
 
+        def removed() -> None:  # on the network thread: a banner that stays, and a log line
+            remedy = removed_remedy("q", joined.alone_command(headless=False))
+            callback.post(Problem(REMOVED_TITLE, remedy, fatal=False))
+            callback.post(LogLine(f"{REMOVED_TITLE}: {remedy}"))
+
         watcher = follow_class(  # and the network starts: seen while its model loads
             joined,
             say=lambda text: callback.on_message(cfg.name, text),
             warn=lambda title, remedy: callback.post(Problem(title, remedy, fatal=False)),
             clear=lambda title: callback.post(ProblemCleared(title)),
             ended=class_ended,
+            removed=removed,
             on_path=lambda text: callback.post(PathChanged(text)),
         )
         watchers.append(watcher)

@@ -116,7 +116,7 @@ class MembersTable(KeyedTable):
     )
 
     def __init__(self, **kw) -> None:
-        super().__init__(cursor_type="none", zebra_stripes=True, **kw)
+        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
         self._made: dict[str, tuple[tuple, tuple, list[Any]]] = {}  # id -> (what, when, cells)
 
     def on_mount(self) -> None:
