@@ -67,11 +67,16 @@ def test_a_removed_member_is_dropped_by_every_member_told_and_refused_until_read
         from sapo_edge.swarm.publish_pace import PublishPace
 
         joined["cy"].transport.pace = PublishPace(joined["cy"].transport.core, 600)
-        before = {n: nodes[n].transport.counters["dropped_removed"] for n in ("teacher", "ada")}
+        before = {
+            n: nodes[n].transport.counters["dropped_removed"] for n in ("teacher", "ada", "cy")
+        }
         start = host_node.round
+        cy_got = []
         for _ in range(2):
-            for n in nodes.values():
-                n.run_round()
+            for name, n in nodes.items():
+                report = n.run_round()
+                if name == "cy":
+                    cy_got.append((report.received, report.external_used))
             for name in ("teacher", "ada", "bob"):
                 t = nodes[name].transport
                 assert t.wait_for(lambda t=t: t.counters["delivered"] > 0, 10)
@@ -94,7 +99,13 @@ def test_a_removed_member_is_dropped_by_every_member_told_and_refused_until_read
                 lambda learner=learner: max(host.board.members[learner].rounds) >= start + 1, 10
             )
             assert _learned_from(host.board, learner, cy, start) == 0
-        assert cy not in {p.node_id for p in host.transport.peers() if p.connected}
+        ht = host.transport  # (it hangs up a moment after: its word to cy goes first)
+        assert ht.wait_for(lambda: cy not in {p.node_id for p in ht.peers() if p.connected}, 10)
+        # and the removed laptop takes nothing of the class's any more: it trains alone
+        cyt = joined["cy"].transport
+        assert cyt.wait_for(lambda: cyt.counters["dropped_removed"] > before["cy"], 10)
+        assert cy_got[1:] == [(0, 0)], cy_got
+        assert len(nodes["cy"].pool) == 0
 
         # the view and the page no longer list it; the report keeps its rows, marked
         assert cy not in {m.node_id for m in host.board.snapshot().members}

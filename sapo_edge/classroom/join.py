@@ -138,7 +138,8 @@ class Joined:
                     pass  # not a code: the summary keeps the one typed
             if p.phase in ("removed", "readmitted") and p.member != own_id:
                 removals.heard(p.member, p.phase == "removed", v.sent_at)
-            elif p.phase == "removed" and not self.removed.is_set():
+            elif p.phase == "removed" and not self.removed.is_set():  # this laptop: out
+                removals.heard(own_id, True, v.sent_at)  # it takes no classmate's group now
                 self.removed.set()
                 self._tell(self.on_removed, "that the teacher removed this laptop")
             if p.phase == "ended" and not self.class_ended.is_set():

@@ -54,11 +54,13 @@ class Removals:
         return True
 
     def apply(self, pool: Any) -> None:
-        """Bring the node's pool in line (its groups of removed members go, none is kept)."""
+        """Bring the node's pool in line (its groups of removed members go, none is kept; all
+        of them when it is this laptop that was removed)."""
         with self._lock:
             pending, self._pending = self._pending, {}
+        own = self.transport.ident.node_id
         for node_id, removed in pending.items():
-            pool.refuse_producer(node_id, removed)
+            pool.refuse_producer("*" if node_id == own else node_id, removed)
 
     def __contains__(self, node_id: object) -> bool:
         with self._lock:

@@ -119,7 +119,7 @@ class ExternalPool:
             "own"
             if group.producer == self.self_id
             else "removed"
-            if group.producer in self.refused
+            if group.producer in self.refused or "*" in self.refused
             else "empty"
             if _empty(group)
             else "foreign_task"
@@ -148,13 +148,14 @@ class ExternalPool:
 
     def refuse_producer(self, producer: str, refused: bool = True) -> int:
         """A member the class's host removed: its groups held here go (counted `removed`) and
-        none is kept or trained on until it is let back (refused=False). How many went."""
+        none is kept or trained on until it is let back (refused=False). How many went. "*":
+        every producer (this laptop was removed: it trains alone)."""
         with self._lock:
             if not refused:
                 self.refused.discard(producer)
                 return 0
             self.refused.add(producer)
-            gone = list(self._held.get(producer, ()))
+            gone = list(self._pool) if producer == "*" else list(self._held.get(producer, ()))
             for gid in gone:
                 self._drop(gid)
             self._counts["removed"] += len(gone)
@@ -348,7 +349,7 @@ class ExternalPool:
             if entry is None or per_peer.get(entry.group.producer, 0) >= per_peer_cap:
                 return None, False
             self._drop(gid)
-            if entry.group.producer in self.refused:  # back from a snapshot taken before
+            if entry.group.producer in self.refused or "*" in self.refused:  # from a snapshot
                 self._counts["removed"] += 1
                 return None, False
         try:

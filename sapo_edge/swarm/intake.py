@@ -82,7 +82,7 @@ class Intake:
             return self._reject(route, "wrong_sender") or None
         if msg.sender == self.self_id:
             return None  # our own batch, echoed
-        if msg.sender in self.book.removed:  # the host removed it from the class
+        if msg.sender in self.book.removed or self.book.shut_out:  # the host removed it (or us)
             with self.book.changed:
                 self.counters["dropped_removed"] += 1
             return None

@@ -66,6 +66,7 @@ class PeerBook:
         # members the class's host removed (its signed word): refused at the handshake and at
         # the intake until it readmits them; never forgotten as `stats` rows are
         self.removed: set[str] = set()
+        self.shut_out = False  # this laptop was removed: no classmate's batch is taken
 
     def stat(self, key: str, auth: Auth | None, via: str, node_id: str = "") -> PeerStats:
         with self.changed:

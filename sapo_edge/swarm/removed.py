@@ -13,10 +13,13 @@ from .link_life import send_bye
 
 
 def remove(net: Any, node_id: str) -> int:
-    """Refuse `node_id` from now on (any thread); returns the batches of its dropped unread."""
+    """Refuse `node_id` from now on (any thread); returns the batches of its dropped unread.
+    This laptop's own id: it is out of the class, and takes no classmate's batch any more."""
+    own = node_id == net.ident.node_id
     with net.book.changed:
         net.book.removed.add(node_id)
-        dropped = net.intake.inbox.purge(node_id)
+        net.book.shut_out = net.book.shut_out or own
+        dropped = len(net.intake.inbox.drain()) if own else net.intake.inbox.purge(node_id)
         net.counters["removed_members"] = len(net.book.removed)
         net.counters["dropped_removed"] += dropped
     loop = net._loop
@@ -32,7 +35,14 @@ def readmit(net: Any, node_id: str) -> None:
         net.counters["removed_members"] = len(net.book.removed)
 
 
+HANG_UP_AFTER_S = 1.0  # what is queued on a link goes first (the host's word to the removed one)
+
+
 async def _hang_up(net: Any, node_id: str) -> None:
-    link = net.table.links.get(node_id)
-    if link is not None:
-        await send_bye(link.session, link.ws, "removed", "the class's host removed this member.")
+    await asyncio.sleep(HANG_UP_AFTER_S)
+    own = node_id == net.ident.node_id
+    for key, link in list(net.table.links.items()):
+        if key == node_id or (own and not key.startswith("relay:")):
+            await send_bye(
+                link.session, link.ws, "removed", "the class's host removed this member."
+            )

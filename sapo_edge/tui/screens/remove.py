@@ -13,6 +13,7 @@ class RemoveScreen(ModalScreen[str | None]):
     """Dismisses with the line typed (a name, or `readmit NAME`), or None."""
 
     BINDINGS = [("escape", "cancel", "cancel")]
+    AUTO_FOCUS = "#remove-name"
 
     def __init__(self, name: str = "") -> None:
         super().__init__()
@@ -30,7 +31,6 @@ class RemoveScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#remove-box").border_title = "remove a member"
-        self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value)
