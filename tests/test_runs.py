@@ -96,3 +96,45 @@ def test_rerun_refused_then_resumed_from_the_printed_command(
     assert main([*cmd[1:], "--rounds", "2"]) == 0
     lines = (out / "demo-0" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(ln)["round"] for ln in lines] == [0, 1]  # continued, not mixed
+
+
+def test_runs_starting_together_with_one_out_dir_all_pass_the_write_check(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The namespace LAN test's 1-in-N start failure: three nodes with one --out-dir check it at
+    once; one removed the folder it had made for its check between another's mkdir and probe
+    ("cannot write to the output folder ... (No such file or directory)")."""
+    import tempfile
+
+    from sapo_edge.run import runs
+
+    out = tmp_path / "runs"
+    real = tempfile.mkstemp
+    calls = {"n": 0}
+
+    def racing(*a, **kw):  # the other run's check removes the folder under this one, once
+        calls["n"] += 1
+        if calls["n"] == 1:
+            out.rmdir()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(runs.tempfile, "mkstemp", racing)
+    runs._check_writable(out)  # raised ConfigError before
+    assert calls["n"] == 2 and not out.exists()
+
+    out.mkdir()  # another run made it and is probing it: this check leaves it be
+    (out / ".write-test-other").write_text("")
+    monkeypatch.setattr(runs.tempfile, "mkstemp", real)
+    out2 = out / "sub"
+    runs._check_writable(out2)
+    assert out.is_dir()
+
+    real_rmdir = Path.rmdir
+
+    def busy(self):  # the folder this check made is in use by another run when it tidies up
+        (self / "theirs").write_text("")
+        return real_rmdir(self)
+
+    monkeypatch.setattr(Path, "rmdir", busy)
+    runs._check_writable(tmp_path / "shared")  # raised ConfigError (not empty) before
+    assert (tmp_path / "shared" / "theirs").exists()

@@ -69,15 +69,28 @@ def _newest_run_with(name: str) -> Path | None:
 
 def _check_writable(out: Path) -> None:
     """Create-and-delete a file in out; a folder made only for the check is removed again (the
-    node makes it when it starts), so a run that fails early leaves no empty run folder."""
+    node makes it when it starts), so a run that fails early leaves no empty run folder. Runs
+    that start together with one --out-dir (a class's laptops on one machine, the namespace LAN
+    test's nodes) each check it: one may remove the folder it made between another's making
+    sure of it and probing it, so a probe that finds no folder makes it again, and a folder
+    another run is probing (or using) stays."""
     made = not out.exists()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=out)
+        for attempt in range(3):
+            out.mkdir(parents=True, exist_ok=True)
+            try:
+                fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=out)
+                break
+            except FileNotFoundError:  # removed by another run's check just now
+                if attempt == 2:
+                    raise
         os.close(fd)
         os.remove(probe)
         if made:
-            out.rmdir()
+            try:
+                out.rmdir()
+            except OSError:  # not empty: another run is in it now
+                pass
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise ConfigError(
