@@ -33,6 +33,7 @@ from .host_services import HostServices, lan_address
 from .member import ClassMember, printable
 from .removal import Removals, Repeater, teacher_says, tell
 from .settings import describe_task, make_invite, read_invite
+from .taught import TAUGHT_FILE, Taught
 
 INFO_FILE = "class-info.json"  # who hosted, the task: what `report` needs besides class.jsonl
 MAX_WRONG_CODES = 10  # a code survives this many wrong tries (typos of a whole class)
@@ -92,6 +93,7 @@ class ClassHost:
         self._said_full = -1e9  # when the log last said the class is full
         self.removals: Removals | None = None  # whom the teacher removed (set by start)
         self._repeater: Repeater | None = None
+        self.taught = Taught(self.out_dir / TAUGHT_FILE)  # what each member taught this laptop
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ClassHost:
@@ -309,7 +311,7 @@ class ClassHost:
     def _page(self) -> web.Application:
         from ..web.page import make_app
 
-        return make_app(self.class_json, self.live_code, self.page_token, _qr_svg)
+        return make_app(self.class_json, self.live_code, self.page_token, _qr_svg, self.taught.of)
 
     def received_counts(self) -> dict[str, int]:
         """Groups this host's own transport verified, per member node id."""
@@ -351,6 +353,7 @@ class ClassHost:
             log=self.log,
             local_progress=self.board.record_progress,
             removals=self.removals,
+            taught=self.taught.record,
         )
 
     def train(self, callback: Any, log: Callable[[str], None], control: Any) -> Any:

@@ -90,9 +90,11 @@ class ClassMember(Forward):
         local_progress: Callable[[str, Progress], None] | None = None,
         last_word: Callable[[Progress], Any] | None = None,
         removals: Any = None,
+        taught: Callable[[int, list[Any]], None] | None = None,
     ) -> None:
         super().__init__(inner)
         self.removals = removals  # removal.Removals: the teacher's, applied to the node's pool
+        self.taught = taught  # the host's: the peer groups it trained on (taught.py)
         self.publish, self.role, self.local, self.log = publish, role, local, log
         self.first_link = first_link
         self.progress, self.local_progress = progress, local_progress
@@ -193,6 +195,8 @@ class ClassMember(Forward):
                     self.publish(list(self.recent))
                 if self.local is not None:
                     self.local(node.node_id, stats)
+                if self.taught is not None:
+                    self.taught(report.round, node.last_groups.external)
             except (ValueError, OSError) as e:  # the class view misses a round; training goes on
                 self.log(f"class stats not sent for round {report.round + 1}: {e}")
         self.inner.on_round(report)

@@ -17,6 +17,7 @@ from .board import CLASS_FILE, ClassBoard
 from .board_rows import ClassSnapshot, row_marks
 from .host import INFO_FILE
 from .report_tags import plot_tags
+from .taught import TAUGHT_FILE, most_trained
 
 CSV_COLUMNS = [
     "name",
@@ -37,6 +38,7 @@ CSV_COLUMNS = [
     "strict_last",
     "first_right_in_tags",
     "taught_by",
+    "most_trained_answer",
 ]
 
 
@@ -124,6 +126,7 @@ def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[
     class_file(run_dir)  # before anything is written into the folder
     received = verified_counts(run_dir, received)
     snap, info = load_class(run_dir, received)
+    trained = most_trained(run_dir / TAUGHT_FILE)  # the host's training: what each one taught
     rows = []
     for m in snap.members:
         rows.append(
@@ -146,6 +149,10 @@ def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[
                 "strict_last": m.strict,
                 "first_right_in_tags": m.first_tagged or None,
                 "taught_by": m.taught_by or None,
+                "most_trained_answer": clean(trained[m.node_id][0][0], 120)
+                if trained.get(m.node_id)
+                else None,
+                "most_trained_answers": trained.get(m.node_id, []),
             }
         )
     csv_path = run_dir / "class.csv"
@@ -153,7 +160,7 @@ def write_report(run_dir: Path, received: dict[str, int] | None = None) -> list[
         w = csv.DictWriter(f, CSV_COLUMNS)
         w.writeheader()
         for row in rows:
-            w.writerow({k: _cell(v) for k, v in row.items()})
+            w.writerow({k: _cell(v) for k, v in row.items() if k in CSV_COLUMNS})
     json_path = run_dir / "class.json"
     data = snap.to_json()
     json_path.write_text(

@@ -30,6 +30,7 @@ from ..data.textsafe import clean
 from ..events import RunEvents
 from ..run.control import RunControl
 from .screens.remove import RemoveScreen
+from .screens.taught import TaughtScreen
 from .widgets.class_widgets import ClassChart, JoinPanel, LearnedMatrix, MembersTable
 
 
@@ -95,6 +96,7 @@ class ClassView(App[str]):
         Binding("r", "report", "report"),
         Binding("s", "save", "save own"),
         Binding("p", "pause", "pause own training"),
+        Binding("t", "taught", "what it teaches"),
         Binding("x", "remove", "remove member"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
@@ -297,16 +299,29 @@ class ClassView(App[str]):
         else:
             self.notify("this laptop is not training (nothing to pause)")
 
+    def _selected(self) -> tuple[str, str]:
+        """(node id, name) of the members table's selected row; ("", "") when none."""
+        table = self.query_one(MembersTable)
+        if self.host is None or self.host.board is None or not table.row_count:
+            return "", ""
+        node_id = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value or ""
+        rows = {m.node_id: m.name for m in self.host.board.snapshot().members}
+        return (node_id, rows[node_id]) if node_id in rows else ("", "")
+
+    def action_taught(self) -> None:
+        """t: what the selected member teaches (its groups this laptop trained on)."""
+        node_id, name = self._selected()
+        if not node_id:
+            self.notify("select a member's row first (arrow keys)")
+            return
+        training = bool(self.host.opts.train)
+        self.push_screen(TaughtScreen(name, self.host.taught.of(node_id), training))
+
     def action_remove(self) -> None:
         """x: remove a member from the class (the selected row's name filled in)."""
         if self.host is None or self.host.board is None:
             return
-        table = self.query_one(MembersTable)
-        name = ""
-        if table.row_count:
-            node_id = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-            rows = {m.node_id: m.name for m in self.host.board.snapshot().members}
-            name = rows.get(node_id or "", "")
+        _node_id, name = self._selected()
 
         def done(line: str | None) -> None:
             if not line or not line.strip():

@@ -70,9 +70,11 @@ def make_app(
     code: Callable[[], str],
     token: str,
     qr_svg: Callable[[str], str],
+    taught: Callable[[str], list[dict[str, Any]]] | None = None,
 ) -> web.Application:
     """class_json(): the class (ClassSnapshot.to_json() plus the task); code(): the current join
-    code; qr_svg(code): the code as an SVG QR image."""
+    code; qr_svg(code): the code as an SVG QR image; taught(node_id): what that member teaches
+    (classroom/taught.py: made safe and bounded there), shown when its row is clicked."""
 
     @web.middleware
     async def guard(request: web.Request, handler) -> web.StreamResponse:
@@ -124,9 +126,16 @@ def make_app(
             raise web.HTTPServiceUnavailable(text="no join code admits anyone now\n")
         return web.Response(text=qr_svg(code()), content_type="image/svg+xml")
 
+    async def teaches(request: web.Request) -> web.Response:
+        node_id = request.query.get("id", "")
+        if taught is None or len(node_id) != 32 or node_id.strip("0123456789abcdef"):
+            raise web.HTTPBadRequest(text="id: a member's node id (32 hex)\n")
+        return web.json_response({"id": node_id, "groups": taught(node_id)})
+
     app = web.Application(middlewares=[guard], client_max_size=1024)
     for path in FILES:
         app.router.add_get(path, static)
     app.router.add_get("/class.json", data)
     app.router.add_get("/qr.svg", qr)
+    app.router.add_get("/taught.json", teaches)
     return app

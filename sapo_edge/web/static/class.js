@@ -88,6 +88,7 @@ function renderMembers(members, now) {
   const rows = members.map((m) => {
     const tr = el("tr");
     if (m.is_host) tr.className = "host";
+    tr.addEventListener("click", () => showTaught(m));
     if (m.role === "baseline") tr.className = "baseline";
     tr.append(el("td", m.name + marks(m)), el("td", doing(m, now)), el("td", m.backend),
               el("td", m.model.split("/").pop()),
@@ -195,6 +196,34 @@ function renderMatrix(data) {
     ...(data.first_tagged || []).map((line) => el("li", line)));
 }
 
+async function showTaught(m) {  // what a member teaches: plain text only (textContent)
+  const box = document.getElementById("taught");
+  document.getElementById("taught-title").textContent = "What " + m.name + " teaches";
+  const list = document.getElementById("taught-groups");
+  list.replaceChildren(el("p", "loading…", "note"));
+  box.hidden = false;
+  try {
+    const r = await fetch("/taught.json?id=" + encodeURIComponent(m.node_id) +
+                          QUERY.replace("?", "&"), { cache: "no-store" });
+    if (!r.ok) throw new Error(String(r.status));
+    const got = await r.json();
+    const items = got.groups.map((g) => {
+      const div = el("div", null, "group");
+      div.append(el("p", "round " + (g.round + 1) + " · " + g.question, "question"));
+      for (const [text, reward] of g.answers) {
+        div.append(el("p", fixed(reward) + "  " + text, reward > 0 ? "answer rewarded" : "answer"));
+      }
+      return div;
+    });
+    list.replaceChildren(...(items.length ? items : [el("p",
+      "none yet: the teacher's laptop has trained on no group of theirs", "note")]));
+  } catch (e) {
+    list.replaceChildren(el("p", "could not load it (" + e.message + ")", "note"));
+  }
+}
+
+let linkedOpen = false;  // /#taught=NODE_ID opens that member's (a link the teacher can share)
+
 function render(data) {
   document.getElementById("task").textContent = data.task || "";
   document.getElementById("lesson").textContent = data.lesson || "";
@@ -205,6 +234,11 @@ function render(data) {
   renderMembers(data.members, data.now);
   renderChart(data);
   renderMatrix(data);
+  if (!linkedOpen && location.hash.startsWith("#taught=")) {
+    linkedOpen = true;
+    const m = data.members.find((x) => x.node_id === location.hash.slice(8));
+    if (m) showTaught(m);
+  }
 }
 
 async function tick() {
@@ -218,4 +252,7 @@ async function tick() {
   setTimeout(tick, 2000);
 }
 
+document.getElementById("taught-close").addEventListener("click", () => {
+  document.getElementById("taught").hidden = true;
+});
 tick();
