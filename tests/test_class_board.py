@@ -222,9 +222,10 @@ def test_the_save_after_the_last_round_reads_done_not_saving() -> None:
 def test_admissions_get_seats_bounded_per_address_and_by_the_class_size() -> None:
     """Issue 44 #2: 300 real admissions from one address, each a fresh identity, were all
     let in. A newcomer that proved the code gets a seat on the board: at most 16 from one
-    address still to be heard from, at most the class's size in all (the host's row aside); a
-    seat nobody used lapses after two minutes when a newcomer needs it; one whose member did
-    something never does, and a member joining again keeps its own."""
+    address still to be heard from (past it the oldest of them lapses: issue 54 #5), at most the
+    class's size in all (the host's row aside); a seat nobody used lapses after two minutes when
+    a newcomer needs it; one whose member did something never does, and a member joining again
+    keeps its own."""
     from sapo_edge.classroom.board_seats import GRACE_S, WAITING_PER_ADDRESS
     from sapo_edge.swarm.progress import Progress
 
@@ -232,7 +233,9 @@ def test_admissions_get_seats_bounded_per_address_and_by_the_class_size() -> Non
     board = ClassBoard(host_id=A, max_members=21, clock=lambda: now[0])  # 20 students
     flood = [f"{i:032x}" for i in range(100, 140)]
     got = [board.admit(k, "10.0.0.66") for k in flood]
-    assert got.count("") == WAITING_PER_ADDRESS and set(got[WAITING_PER_ADDRESS:]) == {"busy"}
+    assert got == [""] * len(flood)  # each one in, but the address holds 16 seats waiting
+    assert set(board.seats.admitted) == set(flood[-WAITING_PER_ADDRESS:])
+    assert board.seats.lapsed_waiting == len(flood) - WAITING_PER_ADDRESS
     students = [f"{i:032x}" for i in range(200, 210)]
     got = [board.admit(k, f"10.0.1.{i}") for i, k in enumerate(students)]
     assert got == [""] * 4 + ["class_full"] * 6  # 16 + 4: the class is full
@@ -244,6 +247,27 @@ def test_admissions_get_seats_bounded_per_address_and_by_the_class_size() -> Non
     assert got == [""] * 6
     assert set(board.seats.admitted) >= set(students)
     assert len(board.seats.admitted) == 20
+
+
+def test_a_flood_from_a_schools_shared_address_never_locks_its_classmates_out() -> None:
+    """Issue 54 #5: one code holder behind a school's NAT filled the 16 waiting places of the
+    address the whole class shares, and every classmate after it was refused ("busy") for two
+    minutes at a time. Now a classmate from that address always gets in; the flood still holds
+    no more than 16 seats waiting, and a classmate heard from keeps its seat."""
+    from sapo_edge.classroom.board_seats import WAITING_PER_ADDRESS
+    from sapo_edge.swarm.progress import Progress
+
+    board = ClassBoard(host_id=A, max_members=64, clock=lambda: 5.0)
+    nat = "203.0.113.9"
+    ada, bob = "a1" * 16, "b1" * 16
+    assert board.admit(ada, nat) == ""
+    board.record_progress(ada, Progress("loading", name="ada"))  # heard from: its seat stays
+    puppets = [f"{i:032x}" for i in range(500, 540)]
+    assert [board.admit(k, nat) for k in puppets] == [""] * len(puppets)
+    assert board.admit(bob, nat) == ""  # was "busy"
+    waiting = [k for k, s in board.seats.admitted.items() if not s.acted]
+    assert len(waiting) == WAITING_PER_ADDRESS and bob in waiting
+    assert ada in board.seats.admitted
 
 
 def test_a_member_the_host_admitted_always_has_a_row() -> None:

@@ -18,7 +18,8 @@ GRACE_S = 120.0  # an admitted newcomer holds its seat this long before it does 
 ACTED_GRACE_S = 600.0  # ...and this long once heard from, before its groups must arrive (a first
 # round of a slow laptop, its model's load included)
 RECENT_WORK_S = 600.0  # verified groups within this long count as recent work
-WAITING_PER_ADDRESS = 16  # admitted, not yet heard from: at most this many per address
+WAITING_PER_ADDRESS = 16  # admitted, not yet heard from: at most this many per address (past it
+# the oldest of them lapses: a school's shared address is never refused for a flood from it)
 HOST, ADMITTED, RECENT_WORK, WORKED, SIGNED, NOTHING = 5, 4, 3, 2, 1, 0  # a row's standing
 
 
@@ -39,18 +40,27 @@ class Seats:
         self.students = students
         self.admitted: dict[str, Seat] = {}
         self.work: dict[str, tuple[int, float]] = {}  # node id -> (verified groups, when it grew)
+        self.lapsed_waiting = 0  # seats that lapsed for a newcomer from the same address
 
     def admit(self, node_id: str | None, ip: str, now: float) -> str:
-        """A seat for a newcomer that proved the code ("" admits it; `class_full`, `busy`);
-        None: it said nothing of who it is (admitted while there is room, without a seat)."""
+        """A seat for a newcomer that proved the code ("" admits it; `class_full`); None: it
+        said nothing of who it is (admitted while there is room, without a seat). Past
+        WAITING_PER_ADDRESS seats from its address not yet heard from, the oldest of them lapses
+        (issue 54: refusing the newcomer instead let one code holder behind a school's NAT lock
+        its classmates out)."""
         seat = self.admitted.get(node_id) if node_id is not None else None
         if seat is not None:  # it joins again (a restart): its seat is still its own
             if not seat.acted:
                 seat.at, seat.ip = now, ip
             return ""
-        waiting = [s for s in self.admitted.values() if not s.acted and now - s.at < GRACE_S]
-        if sum(1 for s in waiting if s.ip == ip) >= WAITING_PER_ADDRESS:
-            return "busy"
+        waiting = [
+            k
+            for k, s in self.admitted.items()
+            if s.ip == ip and not s.acted and now - s.at < GRACE_S
+        ]
+        if len(waiting) >= WAITING_PER_ADDRESS:
+            del self.admitted[min(waiting, key=lambda k: self.admitted[k].at)]
+            self.lapsed_waiting += 1
         if len(self.admitted) >= self.students:
             lapsing = [(key, k) for k in self.admitted if (key := self._lapse(k, now)) is not None]
             if not lapsing:
