@@ -136,6 +136,7 @@ class NodeProc:
         cmd += ["--rounds", "100000", "--room", "lan16", "--secret-file", str(secret)]
         cmd += ["--out-dir", str(work / "runs"), "--checkpoint-every", "0"]
         env = {**os.environ, "SAPO_EDGE_HOME": str(self.home), "OMP_NUM_THREADS": "1"}
+        env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT (a node that will not stop) prints every stack
         env["PYTHONPATH"] = str(ROOT)
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
@@ -184,9 +185,13 @@ class NodeProc:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            except subprocess.TimeoutExpired:  # hung: its threads' stacks first (faulthandler)
+                self.proc.send_signal(signal.SIGABRT)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
         self.reader.join(5)
 
 
