@@ -219,6 +219,10 @@ def _registry() -> dict[str, tuple[type, type]]:
     install()  # installs without a C compiler lack pycosat: a pure-Python stand-in
     from reasoning_gym.factory import DATASETS
 
+    from .gymfixes import install as fix_generators
+
+    fix_generators()  # a generator that could loop for hours (gymfixes.py)
+
     for name in _EVAL_SCORER_MODULES:
         importlib.import_module(name).eval = ast.literal_eval
     return DATASETS

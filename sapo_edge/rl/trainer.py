@@ -134,7 +134,7 @@ class Node:
         cfg, started = self.cfg, (time.perf_counter(), time.process_time())
         self._phase("sampling")
         # 1. sample a batch of questions (the paper's SampleBatch: k domains, one question each)
-        tasks = [regenerate(ref) for ref in self.sampler.sample_batch(cfg.questions_per_round)]
+        tasks = self.sampler.build_batch(cfg.questions_per_round)  # (one it cannot build: skipped)
 
         # 2. generate G completions per question, all in one batched call
         self._phase("generating")
