@@ -233,6 +233,19 @@ def test_the_teacher_names_a_member_as_the_view_shows_it() -> None:
             teacher_line(fake, line)
 
 
+async def select_member(app, pilot, node_id: str):
+    """Wait (bounded) until the class view's members table lists `node_id`, and select its row."""
+    from sapo_edge.tui.widgets.class_widgets import MembersTable
+
+    table = app.query_one(MembersTable)
+    for _ in range(50):
+        await pilot.pause(0.05)
+        if node_id in [k.value for k in table.rows]:
+            break
+    table.move_cursor(row=[k.value for k in table.rows].index(node_id))
+    return table
+
+
 def test_x_in_the_class_view_removes_the_selected_member_and_esc_cancels(host, tmp_path) -> None:
     import asyncio
 
@@ -240,7 +253,6 @@ def test_x_in_the_class_view_removes_the_selected_member_and_esc_cancels(host, t
 
     from sapo_edge.tui.class_view import ClassView
     from sapo_edge.tui.screens.remove import RemoveScreen
-    from sapo_edge.tui.widgets.class_widgets import MembersTable
 
     ada = student(host, tmp_path, "ada")
     ada_id = ada.transport.ident.node_id
@@ -248,13 +260,7 @@ def test_x_in_the_class_view_removes_the_selected_member_and_esc_cancels(host, t
 
     async def drive() -> None:
         async with app.run_test(size=(140, 40)) as pilot:
-            table = app.query_one(MembersTable)
-            for _ in range(50):
-                await pilot.pause(0.05)
-                if ada_id in [k.value for k in table.rows]:
-                    break
-            keys = [k.value for k in table.rows]
-            table.move_cursor(row=keys.index(ada_id))
+            table = await select_member(app, pilot, ada_id)
             await pilot.press("x")
             await pilot.pause()
             assert isinstance(app.screen, RemoveScreen)

@@ -13,6 +13,7 @@ import pytest
 import test_classroom
 from scripted import Quiet
 from test_class_page import CHROME_FLAGS, CHROMIUM
+from test_class_remove import select_member
 from test_classroom import linked, node_of, run_rounds_in_step, student
 
 from sapo_edge.classroom import taught as taught_mod
@@ -65,7 +66,6 @@ def test_the_host_keeps_what_it_trained_on_and_t_shows_it_and_the_report_lists_i
     from sapo_edge.classroom.report import write_report
     from sapo_edge.tui.class_view import ClassView
     from sapo_edge.tui.screens.taught import TaughtScreen
-    from sapo_edge.tui.widgets.class_widgets import MembersTable
 
     ada = student(host, tmp_path, "ada")
     host_node = node_of(host.cfg, host.transport, "teacher", host.member_callback(Quiet()))
@@ -82,12 +82,7 @@ def test_the_host_keeps_what_it_trained_on_and_t_shows_it_and_the_report_lists_i
 
         async def drive() -> None:
             async with app.run_test(size=(140, 40)) as pilot:
-                table = app.query_one(MembersTable)
-                for _ in range(50):
-                    await pilot.pause(0.05)
-                    if ada_id in [k.value for k in table.rows]:
-                        break
-                table.move_cursor(row=[k.value for k in table.rows].index(ada_id))
+                await select_member(app, pilot, ada_id)
                 await pilot.press("t")
                 await pilot.pause()
                 assert isinstance(app.screen, TaughtScreen)

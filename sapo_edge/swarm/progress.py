@@ -41,7 +41,6 @@ PHASES = (
     "removed",  # the host: `member` is out of the class (every member drops it; it is told)
     "readmitted",  # the host: `member` may be in the class again
 )
-HOST_PHASES = ("ended", "code", "removed", "readmitted")  # heeded from the host only
 ROLES = ("member", "baseline")
 _FIELDS = {
     "phase": ("str", 16),
