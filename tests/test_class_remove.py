@@ -152,7 +152,7 @@ def test_a_members_forged_word_is_not_heeded_and_a_latecomer_hears_the_removal(
 
         monkeypatch.setattr(removal, "REPEAT_S", 0.2)
         host._repeater.stop()  # said again often, for this test
-        host._repeater = removal.Repeater(host.removals, lambda i: removal.tell(host, i))
+        host._repeater = removal.Repeater(host.words, lambda i, ph: removal.tell(host, i, ph))
         host.remove(bob.transport.ident.node_id[:8])  # (its forged word renamed its row)
         assert bob.removed.wait(10)
         dan = student(host, tmp_path, "dan")  # joins after the removal

@@ -226,15 +226,16 @@ class ClassBoard:
                     self.dropped["unsaved"] += 1
             return reason
 
-    def set_removed(self, node_id: str, removed: bool = True) -> None:
-        """The teacher removed `node_id` from the class (or let it back): its rows stay, marked,
-        out of the views and of the lesson's figures; said in class.jsonl for the report."""
+    def teacher_said(self, node_id: str, word: str) -> None:
+        """The teacher's word about `node_id` (progress.MEMBER_PHASES): removed (its rows stay,
+        marked, out of the views and of the lesson's figures), readmitted, hinted or unhinted
+        (its "(hint)" mark, drawn from the host's Hints); said in class.jsonl for the report."""
         with self._lock:
-            (self.removed.add if removed else self.removed.discard)(node_id)
+            if word in ("removed", "readmitted"):
+                (self.removed.add if word == "removed" else self.removed.discard)(node_id)
             self.version += 1
             self.rounds_version += 1
             if self.path is not None:
-                word = "removed" if removed else "readmitted"
                 try:
                     with open(self.path, "a", encoding="utf-8") as f:
                         f.write(json.dumps({"at": self.clock(), word: node_id}) + "\n")

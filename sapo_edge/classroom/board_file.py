@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..swarm.peerbook import is_node_id
+from ..swarm.progress import MEMBER_PHASES
 from ..swarm.protocol import ProtocolError
 from ..swarm.stats import RoundStats
 from .board_seats import Seat
@@ -37,11 +38,11 @@ def load_board(
                     board.seats.admitted[admitted] = Seat(0.0, "", acted=True)
                     board.admissions_known = True
                     continue
-                said = [(w, obj.get(w)) for w in ("removed", "readmitted") if w in obj]
+                said = [(w, obj.get(w)) for w in MEMBER_PHASES if w in obj]
                 if said and isinstance(said[0][1], str) and is_node_id(said[0][1]):
-                    (board.removed.add if said[0][0] == "removed" else board.removed.discard)(
-                        said[0][1]
-                    )
+                    if said[0][0] in ("removed", "readmitted"):  # a hint leaves the rows alone
+                        word = said[0][0] == "removed"
+                        (board.removed.add if word else board.removed.discard)(said[0][1])
                     continue
                 sender = obj["sender"]
                 if not (isinstance(sender, str) and len(sender) == 32):

@@ -14,17 +14,33 @@ A hint goes to a laptop that trains: a holder whose groups the host has not veri
 newcomer (issue 54: two scripted admissions 0.19 s after the code appeared took both examples,
 no honest student got one and the slots never came back). The example it was sent cannot be
 taken back from it; the view no longer marks it "(hint)".
+
+The teacher may choose instead (`hint NAME` / `unhint NAME`: h in the class view, or a line on a
+headless host's standard input): the host's signed word ("hinted"/"unhinted" progress naming the
+member, said again with the removals by removal.Repeater) reaches the member, whose next round
+is sampled and trained with the example on or off (HintWord, applied at the round's start so a
+round's prompts never change under it); its welcome says the same if it joins again. From the
+teacher's first choice on, only the teacher's choices decide: newcomers get no slot by coming
+first. A modified client may ignore the word: what it learned from the example stays with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..config.checks import hint_plan
 from ..config.settings import Config
 from .board_seats import ACTED_GRACE_S
+from .removal import find_member, tell
+
+HOST_HINT = (
+    "that is this laptop: whether it sees the worked example is --hint's (host, host+N) when "
+    "the class starts"
+)
 
 
 class Hints:
@@ -44,7 +60,9 @@ class Hints:
         self.host, self.students = plan
         self.given: list[str] = []  # node ids given the example, in the order they joined
         self.given_at: dict[str, float] = {}
+        self.chosen: dict[str, tuple[float, bool]] = {}  # the teacher's choices: (when, on)
         self.invite, self.working, self.clock, self.log = invite, working, clock, log
+        self._lock = threading.Lock()  # the teacher's choices (UI thread) and the words' repeater
 
     def host_config(self, cfg: Config) -> Config:
         """The teacher's own node: the example when the hint names the host."""
@@ -59,12 +77,37 @@ class Hints:
         the example for the first `students` of them, and again for any of those who rejoin."""
         if not self.active:
             return self.invite(False)
-        if node_id and node_id not in self.given and len(self.given) >= self.students:
-            self._free_idle_slot()
-        if node_id and node_id not in self.given and len(self.given) < self.students:
-            self.given.append(node_id)
-            self.given_at[node_id] = self.clock()
-        return self.invite(bool(node_id) and node_id in self.given)
+        with self._lock:
+            if node_id and not self.chosen and node_id not in self.given:
+                if len(self.given) >= self.students:
+                    self._free_idle_slot()
+                if len(self.given) < self.students:
+                    self.given.append(node_id)
+                    self.given_at[node_id] = self.clock()
+            # once the teacher chose, only its choices decide: nobody gets it by coming first
+            holds = bool(node_id) and node_id in self.given
+        return self.invite(holds)
+
+    def choose(self, node_id: str, on: bool, at: float) -> bool:
+        """The teacher gives `node_id` the worked example (`on`) or takes it back, at `at` (the
+        host's clock, as its signed word says); True when that changed who holds it."""
+        with self._lock:
+            self.chosen[node_id] = (at, on)
+            if on == (node_id in self.given):
+                return False
+            if on:
+                self.given.append(node_id)
+                self.given_at[node_id] = self.clock()
+            else:
+                self.given.remove(node_id)
+                self.given_at.pop(node_id, None)
+            return True
+
+    def words(self) -> list[tuple[float, str, str]]:
+        """(when, node id, "hinted"/"unhinted") for each of the teacher's choices (the
+        Repeater's, with the removals)."""
+        with self._lock:
+            return [(at, k, "hinted" if on else "unhinted") for k, (at, on) in self.chosen.items()]
 
     def _free_idle_slot(self) -> None:
         """The slot of the longest-held holder that shows no verified work ACTED_GRACE_S after
@@ -117,3 +160,63 @@ class Hints:
         if not self.active:
             return False
         return node_id in self.given or (node_id == host_id and self.host)
+
+
+def teacher_hints(host: Any, who: str, on: bool) -> str:
+    """The teacher gives the member `who` names the worked example (`on`) or takes it back:
+    the host's record (its welcome if it joins again, the view's "(hint)") and the member told
+    at once. Returns what to show the teacher; ValueError says what to type instead."""
+    board, hints = host.board, host.hints
+    if board is None or host.transport is None:
+        raise ValueError("the class has not started")
+    if not hints.active:
+        raise ValueError(
+            "every laptop of this class follows the class's settings for the worked example: "
+            "start the class with --hint (e.g. --hint host+1) to choose who sees it"
+        )
+    node_id, name = find_member(board.snapshot().members, who, board.host_id, HOST_HINT)
+    if not hints.choose(node_id, on, time.time()):
+        return f"{name} {'already sees' if on else 'does not see'} the worked example"
+    word = "hinted" if on else "unhinted"
+    board.teacher_said(node_id, word)  # its "(hint)" mark, and class.jsonl
+    tell(host, node_id, word)
+    if on:
+        return (
+            f"{name} sees the worked example from its next round (unhint {name} takes it "
+            "back); from now on only your choices give it, not who joins first"
+        )
+    return (
+        f"{name} no longer sees the worked example from its next round (what it learned "
+        "from it stays)"
+    )
+
+
+class HintWord:
+    """A student's record of the teacher's choice about this laptop (the host's signed word):
+    `heard(on, at)` on the network's thread, the newest word winning; `apply(node)` at the start
+    of the node's round turns its format_example on or off for that round and the next ones."""
+
+    def __init__(self, log: Callable[[str], None] = lambda _m: None) -> None:
+        self.log = log
+        self.on: bool | None = None
+        self.at = -1.0
+        self._lock = threading.Lock()
+
+    def heard(self, on: bool, at: float) -> bool:
+        with self._lock:
+            if at < self.at:
+                return False  # an older word than one heard (routes may reorder)
+            changed, self.on, self.at = self.on != on, on, at
+            return changed
+
+    def apply(self, node: Any) -> None:
+        with self._lock:
+            on = self.on
+        if on is None or node.cfg.format_example == on:
+            return
+        node.cfg = dataclasses.replace(node.cfg, format_example=on)
+        self.log(
+            "the teacher gave this laptop the worked example: this round's prompts show it"
+            if on
+            else "the teacher took the worked example back: this round's prompts leave it out"
+        )

@@ -28,7 +28,7 @@ from ..swarm.progress import Progress
 from ..swarm.roomkey import new_room_key
 from .board import CLASS_FILE, ClassBoard
 from .code import format_code, qr_lines
-from .hint import Hints
+from .hint import Hints, teacher_hints
 from .host_services import HostServices, lan_address
 from .member import ClassMember, printable
 from .removal import Removals, Repeater, teacher_says, tell
@@ -194,7 +194,7 @@ class ClassHost:
             self.board.hinted = lambda node_id: self.hints.hinted(node_id, host_id)
             self.log(self.hints.describe())
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())
-        self._repeater = Repeater(self.removals, lambda node_id: tell(self, node_id))
+        self._repeater = Repeater(self.words, lambda node_id, phase: tell(self, node_id, phase))
         self.new_code()
         info = {
             "host_id": ident.node_id,
@@ -236,6 +236,16 @@ class ClassHost:
         """The teacher removes the member `who` names, or lets it back (removal.py); returns
         what to tell the teacher, ValueError what to type instead."""
         return teacher_says(self, who, removed)
+
+    def hint(self, who: str, on: bool = True) -> str:
+        """The teacher gives the member `who` names the worked example, or takes it back
+        (hint.py); returns what to tell the teacher, ValueError what to type instead."""
+        return teacher_hints(self, who, on)
+
+    def words(self) -> list[tuple[float, str, str]]:
+        """The teacher's words about members, said again by the Repeater: removals, hints."""
+        removed = self.removals.words() if self.removals is not None else []
+        return removed + self.hints.words()
 
     def close(self) -> None:
         if self._repeater is not None:

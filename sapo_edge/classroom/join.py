@@ -26,6 +26,7 @@ from ..swarm.network import NetworkTransport
 from ..swarm.progress import Progress
 from ..swarm.roomkey import room_keys
 from .code import JoinCode, parse_code
+from .hint import HintWord
 from .member import ClassMember, printable
 from .removal import Removals
 from .settings import Invite, class_config, describe_task, fit_here, read_invite
@@ -111,6 +112,7 @@ class Joined:
     removed: threading.Event = dataclasses.field(default_factory=threading.Event)
     on_removed: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     removals: Removals | None = None  # the members the host removed (set by hear_the_host)
+    hint_word: HintWord | None = None  # the teacher's choice of the worked example for this laptop
 
     @property
     def transport(self) -> NetworkTransport:
@@ -125,6 +127,7 @@ class Joined:
         if self.transport.nats is not None:
             self.transport.nats.want_end = True
         self.removals = removals = Removals(self.transport)
+        self.hint_word = hint_word = HintWord(self.transport.log)
         own_id = self.transport.ident.node_id
 
         def heard(v: Any) -> None:
@@ -136,6 +139,8 @@ class Joined:
                     self.code_in_force = str(parse_code(p.code))
                 except ValueError:
                     pass  # not a code: the summary keeps the one typed
+            if p.phase in ("hinted", "unhinted") and p.member == own_id:
+                hint_word.heard(p.phase == "hinted", v.sent_at)
             if p.phase in ("removed", "readmitted") and p.member != own_id:
                 removals.heard(p.member, p.phase == "removed", v.sent_at)
             elif p.phase == "removed" and not self.removed.is_set():  # this laptop: out
@@ -200,6 +205,7 @@ class Joined:
             progress=self.transport.stats.publish_progress,
             last_word=self.transport.stats.send_goodbye,  # "left" or "done" at once, before it closes
             removals=self.removals,
+            hint_word=self.hint_word,
         )
 
     def start_network(self) -> None:

@@ -91,8 +91,10 @@ class ClassMember(Forward):
         last_word: Callable[[Progress], Any] | None = None,
         removals: Any = None,
         taught: Callable[[int, list[Any]], None] | None = None,
+        hint_word: Any = None,
     ) -> None:
         super().__init__(inner)
+        self.hint_word = hint_word  # hint.HintWord: the teacher's choice, at a round's start
         self.removals = removals  # removal.Removals: the teacher's, applied to the node's pool
         self.taught = taught  # the host's: the peer groups it trained on (taught.py)
         self.publish, self.role, self.local, self.log = publish, role, local, log
@@ -148,6 +150,8 @@ class ClassMember(Forward):
         self.node = node
         if self.removals is not None:  # before it samples: none of a removed member's groups
             self.removals.apply(node.pool)
+        if self.hint_word is not None and phase == "sampling":  # a round's prompts stay as begun
+            self.hint_word.apply(node)
         if self.first_link is not None:
             wait, self.first_link = self.first_link, None
             self.say(node, "waiting")

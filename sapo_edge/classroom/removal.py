@@ -66,35 +66,43 @@ class Removals:
         with self._lock:
             return node_id in self.out
 
-    def newest(self, n: int = REPEATED) -> list[str]:
+    def words(self) -> list[tuple[float, str, str]]:
+        """(when, node id, "removed") for each member out (the Repeater's)."""
         with self._lock:
-            return sorted(self.out, key=lambda k: self.out[k])[-n:]
+            return [(at, node_id, "removed") for node_id, at in self.out.items()]
 
 
 class Repeater:
-    """The host's removals said again every `every` seconds (`say(node_id)` each) on a thread
-    of its own, until stop()."""
+    """The host's words about members said again every `every` seconds on a thread of its own,
+    until stop(): `words()` gives (node id, phase) pairs, the newest REPEATED of them are said
+    (`say(node_id, phase)` each), so a laptop that was away or missed one hears it."""
 
     def __init__(
-        self, removals: Removals, say: Callable[[str], None], every: float | None = None
+        self,
+        words: Callable[[], list[tuple[float, str, str]]],
+        say: Callable[[str, str], None],
+        every: float | None = None,
     ) -> None:
-        self.removals, self.say = removals, say
+        self.words, self.say = words, say
         self.every = REPEAT_S if every is None else every
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="class-removals", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="class-words", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            for node_id in self.removals.newest():
-                self.say(node_id)
+            for _at, node_id, phase in sorted(self.words())[-REPEATED:]:
+                self.say(node_id, phase)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5.0)
 
 
-def find_member(rows: list[Any], who: str, host_id: str) -> tuple[str, str]:
+HOST_IS = "that is this laptop, the host: q ends the class"
+
+
+def find_member(rows: list[Any], who: str, host_id: str, host_is: str = HOST_IS) -> tuple[str, str]:
     """(node id, shown name) of the member the teacher named: its name as the view shows it
     (any case; 'name#3f2a1b' where two share one) or the start of its node id (8 hex or more).
     ValueError with what to type when none or several match, or it is the host."""
@@ -111,7 +119,7 @@ def find_member(rows: list[Any], who: str, host_id: str) -> tuple[str, str]:
         raise ValueError(f"no member is called {who!r}: type a name as the class view shows it")
     row = found[0]
     if row.node_id == host_id:
-        raise ValueError("that is this laptop, the host: q ends the class")
+        raise ValueError(host_is)
     return row.node_id, row.name
 
 
@@ -127,8 +135,9 @@ def teacher_says(host: Any, who: str, removed: bool = True) -> str:
     node_id, name = find_member(board.snapshot(removed=True).members, who, board.host_id)
     if not host.removals.heard(node_id, removed, time.time()):
         return f"{name} is {'already out of' if removed else 'in'} the class"
-    board.set_removed(node_id, removed)
-    tell(host, node_id, removed)
+    word = "removed" if removed else "readmitted"
+    board.teacher_said(node_id, word)
+    tell(host, node_id, word)
     if removed:
         return (
             f"removed {name} from the class: no classmate links to it or trains on its groups "
@@ -137,36 +146,38 @@ def teacher_says(host: Any, who: str, removed: bool = True) -> str:
     return f"{name} may join the class again (the code on the screen admits it)"
 
 
-def tell(host: Any, node_id: str, removed: bool = True) -> None:
-    """The host's signed word about `node_id` to every member, at once (any thread)."""
+def tell(host: Any, node_id: str, phase: str) -> None:
+    """The host's signed word about `node_id` (a progress.MEMBER_PHASES phase) to every member,
+    at once (any thread)."""
     from ..swarm.progress import Progress
     from .member import printable
 
-    phase = "removed" if removed else "readmitted"
     host.transport.stats.announce(Progress(phase, name=printable(host.name, 40), member=node_id))
 
 
-VERBS = ("remove", "readmit")
+VERBS = ("remove", "readmit", "hint", "unhint")
 
 
 def teacher_line(host: Any, line: str, default: str = "") -> str:
-    """A teacher's typed line, `remove NAME` or `readmit NAME` (a bare NAME is `default`'s):
-    what to tell the teacher; ValueError says what to type."""
+    """A teacher's typed line, `remove NAME`, `readmit NAME`, `hint NAME` or `unhint NAME` (a
+    bare NAME is `default`'s): what to tell the teacher; ValueError says what to type."""
     verb, _, rest = line.strip().partition(" ")
     verb = verb.casefold()
     if verb not in VERBS:
         verb, rest = default, line.strip()
     if verb not in VERBS or not rest.strip():
         raise ValueError(
-            "type remove NAME (out of the class) or readmit NAME (back in), NAME as the class "
-            "view shows it"
+            "type remove NAME (out of the class), readmit NAME (back in), hint NAME or unhint "
+            "NAME (who sees the worked example), NAME as the class view shows it"
         )
+    if verb in ("hint", "unhint"):
+        return host.hint(rest.strip(), verb == "hint")
     return host.remove(rest.strip(), verb == "remove")
 
 
 def read_teacher_lines(host: Any, stream: Any, say: Callable[[str], None]) -> threading.Thread:
-    """A headless host's standard input, a line at a time: `remove NAME`, `readmit NAME` (a
-    daemon thread; it ends at the end of the input)."""
+    """A headless host's standard input, a line at a time: `remove NAME`, `readmit NAME`,
+    `hint NAME`, `unhint NAME` (a daemon thread; it ends at the end of the input)."""
 
     def run() -> None:
         try:

@@ -40,7 +40,11 @@ PHASES = (
     "code",  # the host: its join code in force now (`code`; students' exit summaries print it)
     "removed",  # the host: `member` is out of the class (every member drops it; it is told)
     "readmitted",  # the host: `member` may be in the class again
+    "hinted",  # the host: `member` sees the worked example from its next round (the teacher's choice)
+    "unhinted",  # the host: `member` no longer does
 )
+# the host's word about one member, named in `member`
+MEMBER_PHASES = ("removed", "readmitted", "hinted", "unhinted")
 ROLES = ("member", "baseline")
 _FIELDS = {
     "phase": ("str", 16),
@@ -98,8 +102,10 @@ class Progress:
             raise ProtocolError("bad_value", f"progress.reward must be in [0, {MAX_REWARD}].")
         if d["member"] and (len(d["member"]) != 32 or d["member"].strip("0123456789abcdef")):
             raise ProtocolError("bad_value", "progress.member must be a node id (32 hex).")
-        if bool(d["member"]) != (d["phase"] in ("removed", "readmitted")):
-            raise ProtocolError("bad_value", "progress.member goes with removed/readmitted only.")
+        if bool(d["member"]) != (d["phase"] in MEMBER_PHASES):
+            raise ProtocolError(
+                "bad_value", "progress.member goes with the host's word about a member only."
+            )
         for key in ("name", "model", "backend", "device", "code"):
             if not d[key].isprintable():
                 raise ProtocolError("bad_value", f"progress.{key} holds control characters.")
@@ -124,9 +130,17 @@ class Progress:
             return "ended the class"
         if self.phase == "code":
             return "a new join code"
-        if self.phase in ("removed", "readmitted"):
-            return f"{self.phase} a member"
+        if self.phase in MEMBER_PHASES:
+            return _MEMBER_WORDS[self.phase]
         return f"round {self.round + 1} · {self.phase}{pct if self.phase in ('generating', 'training') else ''}"
+
+
+_MEMBER_WORDS = {
+    "removed": "removed a member",
+    "readmitted": "readmitted a member",
+    "hinted": "gave a member the worked example",
+    "unhinted": "took the worked example from a member",
+}
 
 
 class ProgressSender:

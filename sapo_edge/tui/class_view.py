@@ -29,7 +29,7 @@ from ..classroom.removal import teacher_line
 from ..data.textsafe import clean
 from ..events import RunEvents
 from ..run.control import RunControl
-from .screens.remove import RemoveScreen
+from .screens.remove import HintScreen, RemoveScreen
 from .screens.taught import TaughtScreen
 from .widgets.class_widgets import ClassChart, JoinPanel, LearnedMatrix, MembersTable
 
@@ -98,6 +98,7 @@ class ClassView(App[str]):
         Binding("p", "pause", "pause own training"),
         Binding("t", "taught", "what it teaches"),
         Binding("x", "remove", "remove member"),
+        Binding("h", "hint", "worked example"),
         Binding("l", "toggle_log", "log"),
         Binding("q", "quit_class", "end class"),
         Binding("ctrl+q", "quit_class", "end class", show=False, priority=True),
@@ -319,22 +320,31 @@ class ClassView(App[str]):
 
     def action_remove(self) -> None:
         """x: remove a member from the class (the selected row's name filled in)."""
+        self._teacher_word(lambda name, _holds: RemoveScreen(name), "remove")
+
+    def action_hint(self) -> None:
+        """h: give the selected member the worked example, or take it back (hint.py)."""
+        self._teacher_word(HintScreen, "hint")
+
+    def _teacher_word(self, screen, default: str) -> None:
+        """The box `screen(name, holds_hint)` for the selected row; its line goes to the host."""
         if self.host is None or self.host.board is None:
             return
-        _node_id, name = self._selected()
+        node_id, name = self._selected()
+        holds = bool(node_id) and self.host.hints.hinted(node_id, self.host.board.host_id)
 
         def done(line: str | None) -> None:
             if not line or not line.strip():
                 return
             try:
-                said = teacher_line(self.host, line, default="remove")
+                said = teacher_line(self.host, line, default=default)
             except ValueError as e:
                 self.notify(clean(str(e), 300), severity="error", markup=False)
                 return
             self.host.log(said)
             self.notify(clean(said, 300), markup=False)
 
-        self.push_screen(RemoveScreen(name), done)
+        self.push_screen(screen(name, holds), done)
 
     def action_toggle_log(self) -> None:
         log = self.query_one("#class-log")

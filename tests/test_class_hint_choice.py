@@ -1,0 +1,156 @@
+"""The teacher chooses who holds the worked example (issue 54 #4: two scripted admissions took
+both hints; the teacher could do nothing about it): `hint NAME` / `unhint NAME` (h in the class
+view, a headless host's standard input) reach the member as the host's signed word, whose next
+round is sampled and trained with the example on or off; newcomers no longer get it by coming
+first; a classmate's forged word is not heeded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import test_classroom
+from scripted import Quiet
+from test_class_hint import _hinting_host, _invite
+from test_classroom import linked, node_of, student
+
+from sapo_edge.classroom.hint import Hints, HintWord
+from sapo_edge.classroom.removal import Repeater, teacher_line
+from sapo_edge.config.settings import Config
+from sapo_edge.rl.prompts import build_messages
+from sapo_edge.swarm.progress import Progress
+
+host = test_classroom.host
+EXAMPLE = build_messages("q", example=True)[1]["content"]  # the worked exchange's question
+
+
+def _shows_example(backend) -> bool:
+    prompts = backend.calls[-1]["prompts"]
+    return all(any(m["content"] == EXAMPLE for m in p) for p in prompts)
+
+
+def _example(text: str) -> bool:
+    from sapo_edge.classroom.settings import read_invite
+
+    return read_invite(text).settings["format_example"]
+
+
+def test_once_the_teacher_chooses_only_its_choices_give_the_example() -> None:
+    h = Hints(Config(hint="2"), _invite)
+    assert _example(h.extra_for("a" * 32))  # the first comes first, as before
+    assert h.choose("b" * 32, True, 10.0) and h.choose("a" * 32, False, 11.0)
+    assert not h.choose("b" * 32, True, 12.0)  # no change: nothing to tell
+    assert not _example(h.extra_for("c" * 32))  # a newcomer: no slot by coming first
+    assert _example(h.extra_for("b" * 32)) and not _example(h.extra_for("a" * 32))  # rejoining
+    assert sorted(h.words()) == [(11.0, "a" * 32, "unhinted"), (12.0, "b" * 32, "hinted")]
+
+
+def test_a_student_applies_the_newest_word_at_a_round_s_start_only() -> None:
+    class N:
+        cfg = Config(format_example=False)
+
+    word, node = HintWord(), N()
+    assert word.heard(True, 5.0) and not word.heard(False, 4.0)  # an older word loses
+    word.apply(node)
+    assert node.cfg.format_example is True
+
+
+def test_the_teacher_gives_and_takes_the_example_and_the_students_rounds_follow(
+    tmp_path,
+) -> None:
+    h = _hinting_host(tmp_path, "1")
+    joined = []
+    try:
+        ada, bob = student(h, tmp_path, "ada"), student(h, tmp_path, "bob")
+        joined += [ada, bob]
+        assert ada.cfg.format_example and not bob.cfg.format_example  # the first came first
+        nodes = {
+            j.cfg.name: node_of(j.cfg, j.transport, j.cfg.name, j.callback(Quiet()))
+            for j in (ada, bob)
+        }
+        for j in (ada, bob):
+            j.transport.start()
+            linked(j)
+            h.board.record_progress(j.transport.ident.node_id, Progress("loading", name=j.cfg.name))
+
+        # bob forges the host's word for itself: not heeded (not the host's signature)
+        bob_id, ada_id = bob.transport.ident.node_id, ada.transport.ident.node_id
+        bob.transport.stats.announce(Progress("hinted", name="bob", member=ada_id))
+        code = h.new_code()  # a later word of the host's: bob's has arrived by then
+        assert ada.transport.wait_for(lambda: ada.code_in_force == code, 10)
+        assert ada.hint_word.on is None
+
+        said = teacher_line(h, "hint bob")
+        assert said.startswith("bob sees the worked example from its next round")
+        said = teacher_line(h, "unhint ada")
+        assert said.startswith("ada no longer sees the worked example")
+        assert teacher_line(h, "unhint ada") == "ada does not see the worked example"
+        assert bob.transport.wait_for(lambda: bob.hint_word.on is True, 10)
+        assert ada.transport.wait_for(lambda: ada.hint_word.on is False, 10)
+        for name in ("ada", "bob"):
+            nodes[name].run_round()
+        assert _shows_example(nodes["bob"].backend) and not _shows_example(nodes["ada"].backend)
+        assert nodes["bob"].cfg.format_example and not nodes["ada"].cfg.format_example
+
+        rows = {r.name: r for r in h.board.snapshot().members}
+        assert rows["bob"].hinted and not rows["ada"].hinted
+        cy = student(h, tmp_path, "cy")  # after the teacher chose: no example by coming
+        joined.append(cy)
+        assert not cy.cfg.format_example
+        again = student(h, tmp_path / "again", "bob", bob.transport.ident)  # bob rejoins
+        joined.append(again)
+        assert again.cfg.format_example
+
+        lines = [json.loads(x) for x in (h.out_dir / "class.jsonl").read_text().splitlines()]
+        assert {"hinted": bob_id} in [{k: v for k, v in x.items() if k != "at"} for x in lines]
+        from sapo_edge.classroom.report import load_class
+
+        snap, _info = load_class(h.out_dir)
+        assert bob_id in {m.node_id for m in snap.members}
+    finally:
+        for j in joined:
+            j.transport.close()
+        h.close()
+
+
+def test_the_teacher_s_words_are_said_again_for_a_laptop_that_missed_one(tmp_path) -> None:
+    said: list[tuple[str, str]] = []
+    words = [(3.0, "c" * 32, "hinted"), (1.0, "a" * 32, "removed")]
+    r = Repeater(lambda: words, lambda node_id, phase: said.append((node_id, phase)), every=0.05)
+    try:
+        import time
+
+        deadline = time.monotonic() + 10
+        while len(said) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        r.stop()
+    assert said[:2] == [("a" * 32, "removed"), ("c" * 32, "hinted")]  # oldest first
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("hint teacher", "whether it sees the worked example is --hint's"),
+        ("hint nobody", "no member is called 'nobody'"),
+        ("hint", "type remove NAME"),
+    ],
+)
+def test_a_wrong_hint_line_says_what_to_type(tmp_path, line, error) -> None:
+    h = _hinting_host(tmp_path, "1")
+    try:
+        h.board.record_progress(h.board.host_id, Progress("loading", name="teacher"))
+        with pytest.raises(ValueError, match=error):
+            teacher_line(h, line)
+    finally:
+        h.close()
+
+
+def test_without_a_hint_the_teacher_is_told_how_to_start_one(host, tmp_path) -> None:
+    ada = student(host, tmp_path, "ada")
+    try:
+        host.board.record_progress(ada.transport.ident.node_id, Progress("loading", name="ada"))
+        with pytest.raises(ValueError, match="start the class with --hint"):
+            teacher_line(host, "hint ada")
+    finally:
+        ada.transport.close()
