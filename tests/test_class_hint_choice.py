@@ -154,3 +154,44 @@ def test_without_a_hint_the_teacher_is_told_how_to_start_one(host, tmp_path) -> 
             teacher_line(host, "hint ada")
     finally:
         ada.transport.close()
+
+
+def test_h_in_the_class_view_gives_the_selected_member_the_example_and_takes_it_back(
+    tmp_path,
+) -> None:
+    import asyncio
+
+    from test_class_remove import select_member
+    from textual.widgets import Input
+
+    from sapo_edge.tui.class_view import ClassView
+    from sapo_edge.tui.screens.remove import HintScreen
+
+    h = _hinting_host(tmp_path, "host")  # no student slot: only the teacher's choice gives one
+    ada = student(h, tmp_path, "ada")
+    ada_id = ada.transport.ident.node_id
+    h.board.record_progress(ada_id, Progress("loading", name="ada"))
+    app = ClassView(h, start=False)
+
+    async def drive() -> None:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await select_member(app, pilot, ada_id)
+            await pilot.press("h")
+            await pilot.pause()
+            assert isinstance(app.screen, HintScreen)
+            assert app.screen.query_one(Input).value == "ada"  # the selected row's name
+            await pilot.press("enter")
+            await pilot.pause()
+            assert h.hints.hinted(ada_id, h.board.host_id)
+            await pilot.press("h")  # again on a holder: the box offers to take it back
+            await pilot.pause()
+            assert app.screen.query_one(Input).value == "unhint ada"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert not h.hints.hinted(ada_id, h.board.host_id)
+
+    try:
+        asyncio.run(drive())
+    finally:
+        ada.transport.close()
+        h.close()
