@@ -17,6 +17,7 @@ from textual.message import Message
 from ..events import RunEvents
 from ..rl.aha import aha_flags, best
 from ..swarm.peers import peer_snapshot
+from ..swarm.transport import NullTransport
 from .messages import (
     LogLine,
     NodeStarted,
@@ -104,6 +105,7 @@ class TuiCallback(RunEvents):
                 r.received,
                 r.pool.get("size", 0),
                 r.external_target if getattr(r, "mix", "fixed") == "adaptive" else None,
+                external_none=getattr(r, "external_target", 1) == 0,
             )
         )
         if node is None:
@@ -133,7 +135,7 @@ class TuiCallback(RunEvents):
             return
         self.warned_no_peers = True
         where = node.transport.describe()
-        if "solo" in where:
+        if isinstance(node.transport, NullTransport):  # alone by design: no path to look for
             remedy = (
                 f"This node runs {where}: its J={node.cfg.external_samples} external samples find "
                 "none. Set J to 0 in the settings (c) to train alone on purpose, or run "
