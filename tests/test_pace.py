@@ -69,7 +69,8 @@ def test_when_nothing_is_within_the_target_the_fastest_that_fits_is_chosen_and_s
     crawl = Rates(gemm=1e9, bandwidth=0.5e9, bytes_per_param=4)
     choice = pace.choose(BIG, "cpu", crawl, None, target=60)
     assert choice.candidate.settings["model"] == "smollm2-135m"
-    assert "over the 60 s target" in choice.why
+    assert "over the 60 s target" in choice.why and choice.over_target  # (doctor warns by it)
+    assert not pace.choose(BIG, "cpu", FAST, None).over_target
 
 
 def test_offline_without_qwen_cached_the_cached_offline_model_is_used_and_said() -> None:

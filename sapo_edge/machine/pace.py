@@ -124,6 +124,7 @@ class Choice:
     candidate: Candidate
     estimate: Estimate | None  # None where no estimate is made (a GPU)
     why: str
+    over_target: bool = False  # none fitting was within the target: the fastest that fits
 
 
 def choose(
@@ -171,7 +172,7 @@ def choose(
         last = candidates[-1]
         return Choice(last, None, f"{last.label}: nothing else fits ({'; '.join(skipped)})")
     cand, est = min(fitting, key=lambda c: c[1].round_s if c[1] else 0.0)
-    return Choice(cand, est, _why(cand, est, target, skipped, mem, over=True))
+    return Choice(cand, est, _why(cand, est, target, skipped, mem, over=True), over_target=True)
 
 
 SLOW_FACTOR = 2.0  # a laptop whose class round is estimated past this x the target lightens it

@@ -119,7 +119,7 @@ def check_pace(cfg: Config, made: list | None = None) -> Check:
         if pinned
         else f"CPU threads adaptive on {usable_cores()} cores (fewer while other programs are busy)"
     )
-    status = "warn" if "over the" in choice.why or need.startswith("cannot") else "ok"
+    status = "warn" if choice.over_target or need.startswith("cannot") else "ok"
     need = f" ({need})" if need else ""
     return Check("pace", status, f"bare sapo-edge runs {choice.why}{need}; {threads}")
 
