@@ -14,6 +14,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 SHARE_POLICIES = ("all", "informative", "none")
 MIXES = ("fixed", "adaptive")  # how J is chosen each round (sapo_edge/rl/mix.py)
 EXTERNAL_SAMPLINGS = ("uniform", "targeted")  # how the J are drawn (sapo_edge/rl/targeting.py)
+AFTER_ANSWER = ("drop", "train")  # a peer's text after its answer (sapo_edge/rl/peer_text.py)
 
 
 def validate(cfg: Any) -> None:
@@ -78,6 +79,11 @@ def validate(cfg: Any) -> None:
         cfg.external_sampling in EXTERNAL_SAMPLINGS,
         f"external_sampling {cfg.external_sampling!r} is unknown: use one of "
         f"{', '.join(EXTERNAL_SAMPLINGS)}.",
+    )
+    need(
+        cfg.external_after_answer in AFTER_ANSWER,
+        f"external_after_answer {cfg.external_after_answer!r} is unknown: use drop (the default: "
+        "a peer's text after its answer is not trained) or train (all of it, as in the paper).",
     )
     need(
         _finite(cfg.targeted_share) and 0.0 < cfg.targeted_share <= 1.0,

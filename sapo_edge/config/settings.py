@@ -101,6 +101,12 @@ class Config:
         "negative advantage are trained at advantage 0 (they still count in the step's token "
         "normaliser, like any zero-advantage completion; own groups keep their advantages).",
     )
+    external_after_answer: str = _f(
+        "drop",
+        "A peer's text after its answer (its closing </answer>, or lenient's last number): drop "
+        "(not trained, its end of turn is: models learn to stop there) | train (the paper's: all "
+        "of it, rewarded for an answer it is no part of; docs/results.md, Prank).",
+    )
     mix: str = _f(
         "fixed",
         "fixed: train on I own + J peer groups every round | adaptive: each node picks J in "

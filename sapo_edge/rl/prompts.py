@@ -47,21 +47,39 @@ def extract_tagged(text: str) -> str | None:
     Tags are matched exactly (lower case, no spaces inside the brackets); an opening tag left
     unclosed at the end does not count, so the last closed pair before it wins.
     """
+    pair = _last_pair(text)
+    return None if pair is None else text[pair[0] + len(OPEN) : pair[1]].strip()
+
+
+def _last_pair(text: str) -> tuple[int, int] | None:
+    """(where <answer> starts, where </answer> starts) of the last complete pair; None if none."""
     close = text.rfind(CLOSE)
-    if close < 0:
-        return None
-    start = text.rfind(OPEN, 0, close)
-    if start < 0:
-        return None
-    return text[start + len(OPEN) : close].strip()
+    start = text.rfind(OPEN, 0, close) if close >= 0 else -1
+    return None if start < 0 else (start, close)
 
 
 def extract_last_number(text: str) -> str | None:
     """The last number in the text, thousands separators removed ("1,000" -> "1000"); None if none."""
+    last = _last_number(text)
+    return None if last is None else last.group().replace(",", "")
+
+
+def _last_number(text: str) -> re.Match | None:
     last = None
     for last in _NUMBER.finditer(text):  # noqa: B007 - we want the final match
         pass
-    return None if last is None else last.group().replace(",", "")
+    return last
+
+
+def answer_span(text: str, lenient: bool = False) -> tuple[int, int] | None:
+    """Where the answer score_completion reads lies in the text, as [start, end): its last
+    complete <answer>...</answer> pair, tags included; with lenient and no such pair, its last
+    number; None when it has no answer (it scores 0). Text after `end` is never checked."""
+    pair = _last_pair(text)
+    if pair is not None:
+        return pair[0], pair[1] + len(CLOSE)
+    last = _last_number(text) if lenient else None
+    return None if last is None else last.span()
 
 
 def has_one_wellformed_tag(text: str) -> bool:

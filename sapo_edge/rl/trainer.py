@@ -32,6 +32,7 @@ from .mix import AdaptiveMix
 from .node_checkpoint import resume_node, save_node
 from .node_settings import apply_settings, reward_config
 from .node_state import restore, snapshot
+from .peer_text import peer_completions
 from .pool import ExternalPool
 from .prompts import build_messages
 from .rewards import score_completion
@@ -335,9 +336,10 @@ class Node:
         return count
 
     def _rescore(self, group: RolloutGroup) -> ScoredGroup | None:
-        """Regenerate the task from its ref (the question must be the one sent); tokenise each
-        completion as it will be trained (cut at max_new_tokens, end of turn when finished) and
-        score the text of those tokens; the producer's answer and rewards are ignored."""
+        """Regenerate the task from its ref (the question must be the one sent); each completion
+        as it will be trained (peer_text.py: cut after its answer unless external_after_answer
+        is train, tokenised, cut at max_new_tokens) scored on the text of those tokens; the
+        producer's answer and rewards are ignored."""
         if not self.sampler.accepts(group.task_ref):  # not our domains/configs: never regenerated
             self.pool.reject("foreign_task")
             return None
@@ -350,19 +352,7 @@ class Node:
             self.pool.reject("question_mismatch")  # question: its answers do not fit our prompt
             return None
         sent = list(zip(group.completions, group.finished, strict=True))[: self.cfg.group_size]
-        comps, cut, changed = [], 0, 0
-        for text, finished in sent:
-            c = self.backend.encode_completion(
-                text, finished=finished, max_new_tokens=self.cfg.max_new_tokens
-            )
-            whole = self.backend.encode_completion(text, finished=finished, max_new_tokens=2**31)
-            comps.append(c)
-            cut += c != whole  # longer than this node's max_new_tokens: cut there, unfinished
-            changed += whole.text != text  # the tokenizer's normaliser changed the text
-        if cut:  # ...and scored on the cut text
-            self.pool.reject("peer_cut", cut)
-        if changed:  # ...and scored on the text it trains
-            self.pool.reject("peer_text_changed", changed)
+        comps = peer_completions(self.backend, sent, self.cfg, self.pool.reject)
         rewards = [score_completion(task, c.text, self.rewards) for c in comps]
         return scored(
             group.group_id,
