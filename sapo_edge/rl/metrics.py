@@ -155,9 +155,11 @@ class PrintCallback(RunEvents):
         ext = ",".join(f"{k[:16]}:{v}" for k, v in sorted(r.external_from.items())) or "-"
         if r.mix == "adaptive":
             ext += f", J={r.external_target} chosen"
+        # J=0 (a solo baseline): what arrived is kept, none of it trained (issue 57: "recv 8")
+        recv = f"{r.received} unused (J=0)" if r.received and not r.external_target else r.received
         self.print(
             f"{r.node:>8} round {r.round + 1:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
-            f" | recv {r.received} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"
+            f" | recv {recv} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"
             f" | step {r.train_seconds:.1f}s loss {r.loss:+.4f} | {r.round_seconds:.1f}s/round | rss {r.peak_rss_mb:,.0f} MB"
         )
 

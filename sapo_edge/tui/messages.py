@@ -82,6 +82,7 @@ class RoundDone(Message):
     received: int
     pool_size: int
     external_target: int | None = None  # mix adaptive: the J this node chose this round
+    external_none: bool = False  # J=0 this round (a solo baseline): it trained none it received
 
 
 @dataclass

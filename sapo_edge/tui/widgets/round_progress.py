@@ -100,10 +100,11 @@ class RoundProgress(Vertical):
         self.eta.round_done(r)
         tps = r.gen_tokens / r.gen_seconds if r.gen_seconds > 0 else 0.0
         chose = "" if r.external_target is None else f" (adaptive: J={r.external_target})"
+        unused = ", unused (J=0)" if r.external_none and r.received else ""
         self.query_one("#speed", Static).update(
             f"\nlast round {duration(r.round_seconds)} · {tps:,.0f} tok/s\n"
             f"trained {r.local_used} own + {r.external_used} peer groups{chose}\n"
-            f"received {r.received} · pool {r.pool_size} · loss {r.loss:+.4f}"
+            f"received {r.received}{unused} · pool {r.pool_size} · loss {r.loss:+.4f}"
         )
 
     def set_text(self, text: str | Text) -> None:
