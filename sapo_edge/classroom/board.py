@@ -22,8 +22,8 @@ from .board_matrix import given_by, learn, learned_matrix
 from .board_rows import (
     ClassSnapshot,
     RowParts,
+    class_lines,
     display_names,
-    mean_by_round,
     member_row,
     scored_round,
 )
@@ -324,7 +324,7 @@ class ClassBoard:
                     verified,
                     *self._figures(matrix_members, verified),
                 )
-        _v, _b, _f, rows, curves, mean, base, matrix, matrix_ids = cached
+        _v, _b, _f, rows, curves, mean, base, matrix, matrix_ids, tags = cached
         if self.received is not None:  # the host's counts move without the board changing
             rows = [
                 replace(r, received_here=None if r.is_host else int(received.get(r.node_id, 0)))
@@ -335,13 +335,13 @@ class ClassBoard:
         if not removed and self.removed:
             rows = [r for r in rows if not r.removed]
             curves = {k: v for k, v in curves.items() if k not in self.removed}
-        return ClassSnapshot(rows, curves, mean, base, matrix, now, matrix_ids, self.version)
+        return ClassSnapshot(rows, curves, mean, base, matrix, now, matrix_ids, self.version, tags)
 
     def _figures(self, matrix_members: int | None, verified: frozenset | None) -> tuple[Any, ...]:
-        """Rows (received_here left to the caller), curves, means, matrix (lock held). The
-        class's mean is drawn from the host and the members whose groups it verified (all,
-        without its counts), the baseline from baselines it admitted (all, without its
-        admissions): a claim alone moves neither."""
+        """Rows (received_here left to the caller), curves, means, matrix, the tags curve (lock
+        held). The class's lines are drawn from the host and the members whose groups it
+        verified (all, without its counts), the baseline from baselines it admitted (all,
+        without its admissions): a claim alone moves none (board_rows.class_lines)."""
         members = list(self.members.values())
         ids = {m.node_id for m in members}
         parts: dict[str, RowParts] = {}
@@ -378,22 +378,10 @@ class ClassBoard:
             told_rows = [r for r in rows if r.vouched]
             matrix, matrix_ids = learned_matrix(told_rows, self.members, matrix_members)
             self._exchange = (key, given, matrix, matrix_ids, means)
-        which = (tuple(r.role for r in rows), verified, admitted, frozenset(self.removed))
-        if which not in means:
-            counted = [
-                r
-                for r in rows
-                if not r.removed
-                and (
-                    r.is_host
-                    or (r.role == "baseline" and (admitted is None or r.node_id in admitted))
-                    or (r.role != "baseline" and (verified is None or r.node_id in verified))
-                )
-            ]
+        roles = tuple((r.role, r.hinted) for r in rows)
+        which = (roles, verified, admitted, frozenset(self.removed))
+        if which not in means:  # board_rows.class_lines: what may draw the class's lines
             means.clear()
-            means[which] = (
-                mean_by_round(counted, curves, "member"),
-                mean_by_round(counted, curves, "baseline"),
-            )
-        mean, base = means[which]
-        return rows, curves, mean, base, matrix, matrix_ids
+            means[which] = class_lines(rows, curves, verified, admitted)
+        mean, base, tags = means[which]
+        return rows, curves, mean, base, matrix, matrix_ids, tags

@@ -69,11 +69,16 @@ class ClassSnapshot:
     now: float
     matrix_ids: list[str] = field(default_factory=list)  # the members in `matrix`, in order
     version: int = 0  # the board's version: equal versions, equal figures (not `now`/received)
+    # the share of answers inside the tags per round (1-based), the lesson's live curve: "class"
+    # (the members without the hint), "hint" (those with it), "baseline" (the solo baselines);
+    # drawn from the rows the class's mean is drawn from (class_lines), one point a round at most
+    tags: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON for the projector page and class.json (lists, no tuples)."""
         return {
-            # each member's tags_curve stays out: the report reads it, the page never does
+            # each member's tags_curve stays out (256 of them: the page's JSON would grow with
+            # the class); the page draws `tags`, the class's few means
             "members": [
                 {k: v for k, v in asdict(m).items() if k != "tags_curve"} for m in self.members
             ],
@@ -83,6 +88,8 @@ class ClassSnapshot:
             "matrix": {a: {b: list(c) for b, c in row.items()} for a, row in self.matrix.items()},
             "matrix_ids": list(self.matrix_ids),
             "first_tagged": first_tagged_lines(self.members),
+            # the tags curve as a few means (bounded by the rounds, not by the class's size)
+            "tags": {k: [list(p) for p in v] for k, v in self.tags.items()},
             "now": self.now,
         }
 
@@ -187,17 +194,60 @@ def display_names(members: list[Any]) -> dict[str, str]:
 def mean_by_round(
     rows: list[MemberRow], curves: dict[str, list[tuple[int, float]]], role: str
 ) -> list[tuple[int, float]]:
-    """The mean reward per round of the rows with `role`, over the rounds most of them (more
-    than half of those with a round) have: a round only the fastest reached is not the class's
-    (one member's 0.41 drawn as the class mean)."""
+    """The mean reward per round of the rows with `role` (_mean)."""
+    return _mean([curves[row.node_id] for row in rows if row.role == role])
+
+
+def _mean(curves: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The mean per round of `curves`, over the rounds most of them (more than half of those
+    with a round) have: a round only the fastest reached is not the class's (one member's 0.41
+    drawn as the class mean)."""
     by_round: dict[int, list[float]] = {}
     members = 0
-    for row in rows:
-        if row.role == role and curves[row.node_id]:
-            members += 1
-            for r, reward in curves[row.node_id]:
-                by_round.setdefault(r, []).append(reward)
+    for curve in curves:
+        members += bool(curve)
+        for r, value in curve:
+            by_round.setdefault(r, []).append(value)
     return [(r, statistics.fmean(v)) for r, v in sorted(by_round.items()) if 2 * len(v) > members]
+
+
+def tags_by_round(rows: list[MemberRow]) -> dict[str, list[tuple[int, float]]]:
+    """The share of answers inside the tags per round: the mean of the members without the hint
+    ("class"), of those with it ("hint"), of the solo baselines ("baseline"); a group with no
+    such figures is left out."""
+    groups: dict[str, list[list[tuple[int, float]]]] = {}
+    for row in rows:
+        group = "baseline" if row.role == "baseline" else "hint" if row.hinted else "class"
+        groups.setdefault(group, []).append([(r, tagged) for r, tagged, _ in row.tags_curve])
+    means = {k: _mean(v) for k, v in groups.items()}
+    return {k: means[k] for k in ("class", "hint", "baseline") if means.get(k)}
+
+
+def class_lines(
+    rows: list[MemberRow],
+    curves: dict[str, list[tuple[int, float]]],
+    verified: frozenset | None,
+    admitted: frozenset | None,
+) -> tuple[list[tuple[int, float]], list[tuple[int, float]], dict[str, list]]:
+    """The class's mean reward per round, the solo baselines' and the share in tags
+    (tags_by_round), drawn from the host, the members whose groups it verified (all, without
+    its counts) and the baselines it admitted (all, without its admissions), none removed: a
+    claim alone moves none of them (issue 44), nor a puppet the lesson's story (issue 57)."""
+    counted = [
+        r
+        for r in rows
+        if not r.removed
+        and (
+            r.is_host
+            or (r.role == "baseline" and (admitted is None or r.node_id in admitted))
+            or (r.role != "baseline" and (verified is None or r.node_id in verified))
+        )
+    ]
+    return (
+        mean_by_round(counted, curves, "member"),
+        mean_by_round(counted, curves, "baseline"),
+        tags_by_round(counted),
+    )
 
 
 def first_tagged_lines(rows: list[MemberRow], cut: Any = lambda name: name) -> list[str]:

@@ -32,6 +32,7 @@ from ..run.control import RunControl
 from .screens.remove import HintScreen, RemoveScreen
 from .screens.taught import TaughtScreen
 from .widgets.class_widgets import ClassChart, JoinPanel, LearnedMatrix, MembersTable
+from .widgets.tags_chart import TagsChart
 
 
 @dataclass
@@ -126,6 +127,7 @@ class ClassView(App[str]):
         yield MembersTable(id="members")
         with Horizontal(id="class-bottom"):
             yield ClassChart(id="class-chart")
+            yield TagsChart(id="tags-chart")
             yield LearnedMatrix(id="matrix")
         yield RichLog(id="class-log", wrap=True, markup=False, max_lines=2000)
         yield Footer()
@@ -200,7 +202,7 @@ class ClassView(App[str]):
     def on_class_updated(self, m: ClassUpdated) -> None:
         self.summary = m.summary
         self.query_one(MembersTable).show(m.snapshot)
-        for widget in (self.query_one(ClassChart), self.query_one(LearnedMatrix)):
+        for widget in self.query("#class-chart, #tags-chart, #matrix"):  # drawn on change
             if self._drawn.get(widget.id or "") != m.snapshot.version or not m.snapshot.version:
                 self._drawn[widget.id or ""] = m.snapshot.version
                 widget.show(m.snapshot)

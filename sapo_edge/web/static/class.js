@@ -112,17 +112,41 @@ function renderMembers(members, now) {
 }
 
 function renderChart(data) {
-  const chart = document.getElementById("chart");
-  const W = 640, H = 300, L = 40, R = 10, T = 10, B = 30;
   const series = data.members.map((m, i) => ({ name: m.name, pts: data.curves[m.node_id] || [],
     colour: COLOURS[i % COLOURS.length], width: 1.5, dash: m.role === "baseline" ? "4 3" : "" }));
   if (data.swarm_mean.length) series.push({ name: "class mean", pts: data.swarm_mean,
     colour: "#000", width: 3.5, dash: "" });
   if (data.baseline.length) series.push({ name: "solo baseline", pts: data.baseline,
     colour: "#777", width: 3, dash: "8 4" });
+  drawChart(document.getElementById("chart"), document.getElementById("legend"), series,
+            (v) => v.toFixed(2));
+}
+
+// The lesson's live curve: the share of answers inside the tags per round, as the class's
+// means (members without the hint, with it, the solo baselines: the host's `tags`, drawn from
+// the rows it vouches for); the hint's names its member when one alone has it.
+function renderTags(data) {
+  const tags = data.tags || {};
+  const hinted = data.members.filter((m) => m.hinted && m.vouched && m.role !== "baseline");
+  const hint = hinted.length === 1 ? cut(hinted[0].name, 24) + " (hint)" : "with the hint";
+  const series = [
+    { key: "class", name: "class", colour: "#000", width: 3.5, dash: "" },
+    { key: "hint", name: hint, colour: "#e66100", width: 3.5, dash: "" },
+    { key: "baseline", name: "solo baseline", colour: "#777", width: 3, dash: "8 4" },
+  ].filter((s) => (tags[s.key] || []).length)
+    .map((s) => ({ ...s, pts: tags[s.key].map((p) => [p[0], 100 * p[1]]) }));
+  document.getElementById("tags-box").hidden = !series.length;
+  if (series.length) {
+    drawChart(document.getElementById("tags-chart"), document.getElementById("tags-legend"),
+              series, (v) => v.toFixed(0) + "%", 100);
+  }
+}
+
+function drawChart(chart, legend, series, label, top) {
+  const W = chart.viewBox.baseVal.width || 640, H = 300, L = 40, R = 10, T = 10, B = 30;
   const all = series.flatMap((s) => s.pts);
   const maxX = Math.max(2, ...all.map((p) => p[0]));
-  const maxY = Math.max(1, ...all.map((p) => p[1]));
+  const maxY = top || Math.max(1, ...all.map((p) => p[1]));
   const x = (r) => L + ((r - 1) / (maxX - 1)) * (W - L - R);
   const y = (v) => H - B - (v / maxY) * (H - T - B);
   const parts = [];
@@ -130,7 +154,7 @@ function renderChart(data) {
     const v = (maxY * i) / 4;
     parts.push(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
     const t = svg("text", { x: 4, y: y(v) + 4 });
-    t.textContent = v.toFixed(2);
+    t.textContent = label(v);
     parts.push(t);
   }
   const step = Math.max(1, Math.ceil(maxX / 10));
@@ -139,9 +163,9 @@ function renderChart(data) {
     t.textContent = String(r);
     parts.push(t);
   }
-  const label = svg("text", { x: W / 2 - 15, y: H - 2 });
-  label.textContent = "round";
-  parts.push(label, svg("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }),
+  const roundLabel = svg("text", { x: W / 2 - 15, y: H - 2 });
+  roundLabel.textContent = "round";
+  parts.push(roundLabel, svg("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }),
              svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
   for (const s of series) {
     if (!s.pts.length) continue;
@@ -158,7 +182,7 @@ function renderChart(data) {
     }
   }
   chart.replaceChildren(...parts);
-  document.getElementById("legend").replaceChildren(...series.map((s) => {
+  legend.replaceChildren(...series.map((s) => {
     const span = el("span");
     const swatch = el("i");
     swatch.style.background = s.colour;
@@ -233,6 +257,7 @@ function render(data) {
   renderJoin(data.code);
   renderMembers(data.members, data.now);
   renderChart(data);
+  renderTags(data);
   renderMatrix(data);
   if (!linkedOpen && location.hash.startsWith("#taught=")) {
     linkedOpen = true;
