@@ -470,3 +470,32 @@ def test_the_bridge_turns_on_notice_into_a_notice(tmp_path):
     posted = []
     TuiCallback(posted.append).on_notice("anna", "checkpoint saved: /x")
     assert [(type(m).__name__, m.text) for m in posted] == [("Notice", "checkpoint saved: /x")]
+
+
+def test_an_unexpected_error_keeps_its_traceback_in_a_file_the_exit_summary_names(tmp_path, capsys):
+    """The dashboard says the traceback is in the log pane; once the terminal is back (the pane
+    gone) the printed summary names the file that keeps it: chosen by the error's kind
+    (remedies.unexpected), not by the title's first word or the remedy's wording."""
+    from sapo_edge.tui import app as app_module
+
+    def boom(*_a, **_k):
+        raise RuntimeError("kaboom")
+
+    app = SapoDashboard(Config(out_dir=str(tmp_path)), run=boom)
+
+    async def drive():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await asyncio.wait_for(app.workers.wait_for_complete(), BOUND)
+            await pilot.pause()
+            banner = app.query_one(ProblemBanner)
+            assert "log pane (press l)" in banner.problem.remedy
+            await pilot.press("q")
+            await pilot.pause()
+
+    asyncio.run(drive())
+    assert app.fatal is not None and "RuntimeError" in app.fatal.title
+    assert app_module._finish(app, app.cfg, "failed") == 1
+    printed = capsys.readouterr().err
+    assert "kaboom. The full traceback is in /" in printed and "log pane" not in printed
+    kept = printed.split("The full traceback is in ")[1].split(" (attach")[0]
+    assert "RuntimeError: kaboom" in open(kept, encoding="utf-8").read()

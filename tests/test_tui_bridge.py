@@ -212,3 +212,12 @@ def test_round_done_carries_the_chosen_j_only_for_an_adaptive_node(tmp_path):
             node.run_round()
         chosen = {m.external_target for m in sent if isinstance(m, RoundDone)}
         assert chosen == expected  # adaptive without peers: J = 0, the only J it is offered
+
+
+def test_an_unexpected_error_is_told_apart_by_its_kind_and_says_where_its_traceback_is():
+    from sapo_edge.config.settings import ConfigError
+    from sapo_edge.run.remedies import unexpected
+
+    assert unexpected(RuntimeError("boom")) and not unexpected(ConfigError("bad"))
+    title, remedy = explain(RuntimeError("boom"), traceback_at="/tmp/x.txt")
+    assert title == "Unexpected error: RuntimeError" and "traceback is in /tmp/x.txt;" in remedy

@@ -12,8 +12,30 @@ _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
-def explain(exc: BaseException, out_dir: str = "runs") -> tuple[str, str]:
-    """(title, remedy) for the error panel; the traceback goes to the log pane only."""
+LOG_PANE = "the log pane (press l)"
+
+
+def unexpected(exc: BaseException) -> bool:
+    """No remedy foresees this error: its traceback is what helps (explain's last case)."""
+    return _foreseen(exc, "") is None
+
+
+def explain(
+    exc: BaseException, out_dir: str = "runs", traceback_at: str = LOG_PANE
+) -> tuple[str, str]:
+    """(title, remedy) for the error panel; the traceback goes to the log pane only, and an
+    unexpected error's remedy says where it is (`traceback_at`)."""
+    foreseen = _foreseen(exc, out_dir)
+    if foreseen is not None:
+        return foreseen
+    return (
+        f"Unexpected error: {type(exc).__name__}",
+        f"{str(exc) or 'no message'}. The full traceback is in {traceback_at}; checkpoints "
+        "saved before are intact, and --resume continues from the newest.",
+    )
+
+
+def _foreseen(exc: BaseException, out_dir: str) -> tuple[str, str] | None:
     text = str(exc)
     if isinstance(exc, ModelNotFound):
         return "Model not found", text
@@ -45,11 +67,7 @@ def explain(exc: BaseException, out_dir: str = "runs") -> tuple[str, str]:
         )
     if isinstance(exc, CheckpointError | ValueError):
         return "Cannot continue", text
-    return (
-        f"Unexpected error: {type(exc).__name__}",
-        f"{text or 'no message'}. The full traceback is in the log pane (press l); "
-        "checkpoints saved before are intact, and --resume continues from the newest.",
-    )
+    return None
 
 
 def _is_disk_full(exc: BaseException) -> bool:

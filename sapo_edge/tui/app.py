@@ -27,7 +27,7 @@ from textual.widgets import Footer, RichLog
 from ..config.settings import Config
 from ..data.textsafe import clean
 from ..run.control import RunControl
-from ..run.remedies import explain
+from ..run.remedies import explain, unexpected
 from ..run.stopping import exit_code, stop_signals
 from ..run.summary import exit_summary
 from .bridge import NO_PEERS_TITLE, TuiCallback
@@ -156,8 +156,13 @@ class SapoDashboard(App[str]):
             if self.control.stop_requested():
                 outcome = "stopped"
         except Exception as e:
+            detail = traceback.format_exc()
             title, remedy = explain(e, self.cfg.out_dir)
-            post(Problem(title, remedy, fatal=True, detail=traceback.format_exc()))
+            after = ""
+            if unexpected(e):  # the log pane holding its traceback goes with the dashboard
+                kept = _keep_traceback(detail)
+                after = explain(e, self.cfg.out_dir, kept)[1] if kept else ""
+            post(Problem(title, remedy, fatal=True, detail=detail, after=after))
             outcome = "failed"
         finally:
             self.training_done.set()
@@ -368,10 +373,7 @@ def run_dashboard(cfg: Config, run: Callable[..., Any] = _run_single) -> int:
 def _finish(app: SapoDashboard, cfg: Config, outcome: str) -> int:
     """Print the error with its fix and the summary; end at once if training may still run."""
     control, fatal = app.control, app.fatal
-    error = (fatal.title, fatal.remedy) if fatal is not None else None
-    if fatal is not None and fatal.detail and fatal.title.startswith("Unexpected"):
-        kept = _keep_traceback(fatal.detail)  # the log pane that held it is gone
-        error = (fatal.title, f"{fatal.remedy.split(' The full traceback')[0]} {kept}")
+    error = (fatal.title, fatal.after or fatal.remedy) if fatal is not None else None
     outcome = "failed" if error else control.outcome or ("stopped" if app.forced else outcome)
     node, start, again = control.node, control.start_round, control.again
     text = exit_summary(cfg, node, outcome, start_round=start, error=error, again=again)
@@ -394,4 +396,4 @@ def _keep_traceback(detail: str) -> str:
             f.write(detail)
     except OSError:
         return ""
-    return f"The traceback is in {path} (attach it to a bug report)."
+    return f"{path} (attach it to a bug report)"

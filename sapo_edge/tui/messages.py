@@ -150,6 +150,7 @@ class Problem(Message):
     remedy: str
     fatal: bool = False
     detail: str = ""  # a traceback for the log pane, never shown in the main view
+    after: str = ""  # the remedy as the exit summary says it, where it differs (the pane is gone)
 
 
 @dataclass
