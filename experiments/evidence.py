@@ -38,11 +38,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import prank  # noqa: E402
 from stats import samples_for_se, standard_error  # noqa: E402
 
 TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/rl/targeting.py)
 NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answers at advantage 0
-SUFFIXES = (TARGETED, NO_NEGATIVES)  # in this order: 4/4+targeted+no-negatives
+# in this order: 4/4+targeted+no-negatives; the prank's last (experiments/prank.py: 4/4+prank+trim)
+SUFFIXES = (TARGETED, NO_NEGATIVES, *prank.SUFFIXES)
 
 
 def parse_split(split: str) -> tuple[str, set[str]]:
@@ -93,6 +95,7 @@ def check_split(split: str) -> str:
         raise SystemExit(
             f"split {split!r}: J = 0 samples no peer groups; drop {' and '.join(sorted(suffixes))}."
         )
+    prank.check_suffixes(split, suffixes)
     return split
 
 
@@ -110,6 +113,8 @@ def cell_config(args: argparse.Namespace, seed: int | None, split: str):
     if split != BASE:
         overrides["external_sampling"] = "targeted" if TARGETED in suffixes else "uniform"
         overrides["external_negatives"] = NO_NEGATIVES not in suffixes
+    if prank.TRIM in suffixes or prank.for_split(suffixes):  # a prank's cell says which, always
+        overrides["external_after_answer"] = "drop" if prank.TRIM in suffixes else "train"
     if mix == "adaptive":
         base = Config.load(args.config)
         budget = base.local_samples + base.external_samples
@@ -128,7 +133,7 @@ def heldout_per_node(nodes: int, target: float = SE_TARGET) -> int:
 
 def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     """Train (unless base), evaluate every node, and return the cell's summary."""
-    from sapo_edge.rl.metrics import read_rewards
+    from sapo_edge.rl.metrics import PrintCallback, read_rewards
     from sapo_edge.run.build import node_id_for
     from sapo_edge.run.runner import run_sim
 
@@ -138,7 +143,11 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
     # rounds a resumed cell had already recorded: sim_seconds and sim_cpu_seconds are this run's
     done_before = min(len(read_rewards(out / n / "metrics.jsonl")) for n in names)
     t0, c0 = time.time(), time.process_time()
-    if split != BASE:
+    scene = prank.for_split(parse_split(split)[1])
+    if scene is not None:  # the prankster's transport, its removal, the phrase counted
+        watch = prank.PrankRun(PrintCallback(), scene, names, cfg.lenient)
+        run_sim(cfg, watch, scenario=watch)
+    elif split != BASE:
         run_sim(cfg)
     sim_seconds, sim_cpu = time.time() - t0, time.process_time() - c0
     per_node = args.heldout_per_node or heldout_per_node(cfg.nodes)
@@ -165,6 +174,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
                 "external_sampling",
                 "targeted_share",
                 "external_negatives",
+                "external_after_answer",
                 "learning_rate",
                 "lenient",
                 "lenient_credit",
@@ -214,6 +224,9 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         summary["cumulative"] = {n: sum(r) for n, r in summary["rewards"].items()}
         summary["total"] = sum(summary["cumulative"].values())
         summary["rounds_done"] = min(len(r) for r in summary["rewards"].values())
+    if scene is not None:  # per node and round: the phrase in its answers and what it trained
+        summary["prank"] = scene.to_dict()
+        summary.update(prank.read(out, names, cfg.rounds))
     return summary
 
 

@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import aha_report  # noqa: E402
+import prank_report  # noqa: E402
 from stats import Interval, interval, paired  # noqa: E402
 
 NOTES = (
@@ -565,6 +566,11 @@ def write_results(docs: Path) -> Path:
         if aha_report.is_aha(cells):  # hinted nodes: did the format spread?
             parts.append("\n".join(aha_report.render(aha_report.analyse(cells))) + "\n")
             p = aha_report.plot(label, cells, docs / "evidence" / label)
+            if p is not None:
+                parts.append(f"![{p.stem}](evidence/{label}/{p.name})\n")
+        if prank_report.is_prank(cells):  # a classmate's phrase: did it spread, what stopped it?
+            parts.append("\n".join(prank_report.render(prank_report.analyse(cells))) + "\n")
+            p = prank_report.plot(label, cells, docs / "evidence" / label)
             if p is not None:
                 parts.append(f"![{p.stem}](evidence/{label}/{p.name})\n")
         if a["splits"]:

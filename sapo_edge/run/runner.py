@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from ..config.settings import Config, ConfigError
 from ..events import Forward
@@ -140,15 +141,24 @@ class _NetStatus(Forward):
 
 
 def run_sim(
-    cfg: Config, callback: Callback | None = None, log: Callable[[str], None] = print
+    cfg: Config,
+    callback: Callback | None = None,
+    log: Callable[[str], None] = print,
+    scenario: Any = None,
 ) -> list[Node]:
-    """N nodes on this machine, taking turns each round; ends with the cumulative-reward table."""
+    """N nodes on this machine, taking turns each round; ends with the cumulative-reward table.
+    `scenario` (an experiment's, e.g. experiments/prank.py) changes the class: its
+    connect(node_id, transport) gives the transport a node uses, and before each round
+    before_round(nodes, round) may act on the nodes and names the ones that sit it out."""
     callback = callback or PrintCallback(log)
     if not cfg.out_dir:
         cfg = prepare_out_dir(cfg, "sim")
     hub = InProcessHub()
     names = [f"{cfg.name}-{i}" for i in range(cfg.nodes)]
-    nodes = build_nodes(cfg, names, hub.connect, callback, log)
+    connect = hub.connect
+    if scenario is not None:
+        connect = lambda node_id: scenario.connect(node_id, hub.connect(node_id))  # noqa: E731
+    nodes = build_nodes(cfg, names, connect, callback, log)
     start = min(n.round for n in nodes)
     log(f"sim: {len(nodes)} nodes, rounds {start}..{cfg.rounds - 1}, output in {cfg.out_dir}/")
     if cfg.hinted_nodes:
@@ -157,8 +167,9 @@ def run_sim(
         log(f"sim: only {shown} see the worked example{until}; the others never do")
     try:
         for r in range(start, cfg.rounds):
+            out = scenario.before_round(nodes, r) if scenario is not None else set()
             for i, node in enumerate(nodes):
-                if node.round == r and not hint_over(cfg, i, r):
+                if node.round == r and not hint_over(cfg, i, r) and i not in out:
                     node.run_round()
         for node in nodes:
             node.save()
