@@ -79,7 +79,7 @@ def analyse(cells: list[dict]) -> dict:
         if c.get("prank"):
             by_split.setdefault(c["split"], {})[c["seed"]] = c
     splits = {}
-    for split, seeds in sorted(by_split.items()):
+    for split, seeds in sorted(by_split.items(), key=lambda kv: _order(kv[0])):
         share = {s: last_share(c) for s, c in seeds.items()}
         held = {s: heldout(c) for s, c in seeds.items()}
         splits[split] = {
@@ -111,6 +111,12 @@ def analyse(cells: list[dict]) -> dict:
         if found:
             roles[name] = max(found, key=lambda s: (len(splits[s]["seeds"]), s))
     return {"splits": splits, "roles": roles}
+
+
+def _order(split: str) -> tuple[int, str]:
+    """No defence, (a), (b), then any other prank split, each by name."""
+    want = _prank_suffixes(split)
+    return next((k for k, (_, w) in enumerate(ROLES) if w == want), len(ROLES)), split
 
 
 def _rows(cell: dict) -> list[list]:
@@ -206,6 +212,7 @@ def plot(label: str, cells: list[dict], target: Path) -> Path | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     splits = analyse(cells)["splits"]
     if not splits:
@@ -217,10 +224,13 @@ def plot(label: str, cells: list[dict], target: Path) -> Path | None:
             n = min(len(cv) for cv in curves)
             mean = [statistics.fmean(cv[i] for cv in curves) for i in range(n)]
             ax.plot(range(1, n + 1), mean, color=f"C{k}", label=f"{split} ({len(curves)} seed(s))")
+            if v["prank"]["remove_at"]:  # the prankster's last round
+                ax.axvline(v["prank"]["remove_at"], color=f"C{k}", linestyle=":", alpha=0.7)
     axes[0].set_ylabel("share of classmates' answers with the phrase")
     axes[1].set_ylabel("unhinted classmates' strict reward")
     for ax in axes:
-        ax.set_xlabel("round")
+        ax.set_xlabel("round (dotted: the prankster removed after it)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=7)

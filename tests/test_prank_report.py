@@ -97,6 +97,13 @@ def test_the_spread_line_regenerates_from_the_stored_summaries(tmp_path):
     assert "| 4/4+prank+remove | 1 | 0.100 | 15 | 8 | 0.300 |" in text
     assert "| 4/4+prank | round 3 |" not in text and "| split | round 3 |" in text
     assert "| 4/4+prank+trim | 0.00 / 0.40 |" in text  # every 4th round, or the last of 3
+    rows = [ln.split(" | ")[0] for ln in text.splitlines() if ln.endswith(" / 0.40 |")]
+    assert rows == [
+        "| 4/4+prank",
+        "| 4/4+prank+trim",
+        "| 4/4+prank+remove",
+        "| 4/4+prank-before+trim",
+    ]
     assert (docs / "evidence/prank/prank_spread.png").stat().st_size > 1000
     # the numbers come from the stored summaries alone: rebuilt, the same line
     again = evidence_report.write_results(docs).read_text()
