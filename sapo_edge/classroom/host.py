@@ -26,6 +26,7 @@ from ..swarm.nats_room import is_nats_url, room_subjects
 from ..swarm.network import NetworkTransport
 from ..swarm.progress import Progress
 from ..swarm.roomkey import new_room_key
+from ..swarm.routes import is_relay
 from .board import CLASS_FILE, ClassBoard
 from .code import format_code, qr_lines
 from .hint import Hints, teacher_hints
@@ -348,7 +349,7 @@ class ClassHost:
         parts = [f"{len(direct)} linked directly"]
         if vias:
             parts[0] += " (" + ", ".join(f"{c} {v}" for v, c in sorted(vias.items())) + ")"
-        relay_up = any(k.startswith("relay:") for k in t.connected())
+        relay_up = any(is_relay(k) for k in t.connected())
         parts.append(f"{len(heard)} via the relay" if relay_up else "relay down")
         return f"{members} · {', '.join(parts)} · listening on :{t.port}"
 

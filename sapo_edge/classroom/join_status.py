@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..swarm.routes import is_relay
 from .join import Joined
 
 NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
@@ -21,7 +22,7 @@ def class_path(joined: Joined) -> tuple[bool, str]:
     if not t.port:  # not started: the node loads its model first
         return False, "starting: this laptop joins the class's network once its model is loaded"
     links = t.connected()
-    relay_up = any(k.startswith("relay:") for k in links)
+    relay_up = any(is_relay(k) for k in links)
     rows = [p for p in t.peers() if p.connected]
     lan = sum(p.connection == "lan" for p in rows)
     host = sum(p.connection == "manual" for p in rows)

@@ -22,6 +22,7 @@ from .link_life import LinkTable, send_bye
 from .netcore import NetCore
 from .peer import MAX_FRAME_BYTES
 from .resume import GapWatch
+from .routes import ip_route, relay_route
 
 # a peer that hangs up with these at once refused us: dialing it again waits longer each time
 # (a removed laptop redialing at the base rate kept every member's handshakes busy)
@@ -258,7 +259,7 @@ class Dialer:
         if not url.rstrip("/").endswith("/ws"):
             url = url.rstrip("/") + "/ws"
         host, _port = split_host(url.split("://", 1)[1].split("/", 1)[0])
-        addr = f"ip:{host}"
+        addr = ip_route(host)
         relay = via == "relay"
         assert self.session is not None
         try:
@@ -301,7 +302,7 @@ class Dialer:
             self.core.reject(addr, "wrong_node")
             await send_bye(session, ws, "wrong_node", "you are not the node advertised here.")
             return "", ""
-        key = f"relay:{target}" if relay else peer_id
+        key = relay_route(target) if relay else peer_id
         link = await self.table.run_link(
             ws, session, via, key, dialer=self.core.ident.node_id, addr=addr
         )

@@ -16,6 +16,7 @@ from .inbox import FairInbox
 from .peerbook import PeerBook
 from .protocol import ProtocolError, Stats
 from .roomkey import RoomKeys
+from .routes import is_relay
 from .stats_intake import StatsIntake
 
 
@@ -67,7 +68,7 @@ class Intake:
     ) -> bool | VerifiedBatch | None:
         """accept_verified() of a box already unsealed (the NATS route unseals first, to count
         only what a member made against its budget)."""
-        relay = route.startswith("relay:")
+        relay = is_relay(route)
         try:
             msg = self.verifier.parse(envelope)
         except ProtocolError as e:  # nobody inside is provable: the route sent it

@@ -20,6 +20,7 @@ from .netcore import NetCore
 from .peer import Closed, Outbox, read_raw
 from .peerbook import PeerStats
 from .protocol import Bye, ProtocolError, make_bye, parse_message
+from .routes import is_relay
 
 # how long a peer's queue waits for a new link after one ends (a replaced or dropped link):
 # batches published meanwhile go on the next link instead of being lost
@@ -121,7 +122,7 @@ class LinkTable:
     def _hold(self, key: str, outbox: Outbox) -> None:
         """The key's link ended: keep its queue HOLD_S for the next link (not a relay's: what
         the relay misses while it is down is not sent twice), then let it go."""
-        if key.startswith("relay:"):
+        if is_relay(key):
             self._drop_outbox(key, outbox)
             return
         if (timer := self.held.pop(key, None)) is not None:
@@ -148,7 +149,7 @@ class LinkTable:
         The other is retired without losing a frame: the peer's queue moves to the kept link
         first, then we say "duplicate_connection" on the retired one as our last frame on it,
         and read it until the peer says the same (or a deadline), delivering what it sent."""
-        relay = key.startswith("relay:")
+        relay = is_relay(key)
         st = self.core.book.stat(key, None if relay else session.auth, via, node_id=key)
         if not relay and st.muted_until > time.time():
             await send_bye(session, ws, "muted", "too many rejected messages; try later.")

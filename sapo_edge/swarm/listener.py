@@ -18,6 +18,7 @@ from .handshake import handshake as run_handshake
 from .link_life import LinkTable, send_bye
 from .netcore import NetCore
 from .peer import MAX_FRAME_BYTES
+from .routes import ip_route
 
 
 class Listener:
@@ -110,7 +111,7 @@ class Listener:
     async def _serve_prepared(
         self, request: web.Request, ws: web.WebSocketResponse
     ) -> web.StreamResponse:
-        addr, core = f"ip:{request.remote}", self.core
+        addr, core = ip_route(str(request.remote)), self.core
         try:
             session = await run_handshake(
                 ws,

@@ -34,6 +34,7 @@ from .nats_room import (
     tls_context,
 )
 from .protocol import ProtocolError
+from .routes import relay_route
 from .shards import (
     FanIn,
     RateEstimate,
@@ -74,7 +75,7 @@ class NatsRoute(ClassSubjects):
         nc=None,
     ) -> None:
         self.servers = nats_servers(url)
-        self.key = "relay:" + ",".join(self.servers)
+        self.key = relay_route(",".join(self.servers))
         self.relay_id, self.intake, self.name, self.log = relay_id, intake, name, log
         self.counters = intake.counters
         self.lock = intake.book.changed

@@ -7,9 +7,8 @@ A NetworkTransport is put together from parts, each given what it uses in its co
 netcore.py (identity, lock, counters, peer book, log), link_life.py (the links and each peer's
 queue), listener.py (the server and its handshakes), dialing.py (manual peers, the relay, LAN
 adverts, waking up), intake.py (opening and verifying what arrives), stats_channel.py (members'
-figures going out), publish_pace.py, and nats_transport.py's route when the relay is NATS. This
-class runs them on one asyncio loop in its own thread, starts and stops them in order, and is the
-trainer's Transport.
+figures going out), publish_pace.py, and nats_transport.py's route when the relay is NATS. It
+runs them on one asyncio loop in its own thread, starts and stops them in order: a Transport.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .publish_pace import PublishPace
 from .roomkey import RoomKeys, describe_room, room_keys
+from .routes import is_relay
 from .stats_channel import StatsChannel
 
 
@@ -317,7 +317,7 @@ class NetworkTransport:
         with self.core.lock:
             links = self.table.links
             direct = [s.via for k, s in self.book.stats.items() if k in links and s.node_id]
-            relay_up = any(k.startswith("relay:") for k in links)
+            relay_up = any(is_relay(k) for k in links)
             heard = sum(
                 1
                 for s in self.book.stats.values()

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 from .link_life import send_bye
+from .routes import is_relay
 
 
 def remove(net: Any, node_id: str) -> int:
@@ -42,7 +43,7 @@ async def _hang_up(net: Any, node_id: str) -> None:
     await asyncio.sleep(HANG_UP_AFTER_S)
     own = node_id == net.ident.node_id
     for key, link in list(net.table.links.items()):
-        if key == node_id or (own and not key.startswith("relay:")):
+        if key == node_id or (own and not is_relay(key)):
             await send_bye(
                 link.session, link.ws, "removed", "the class's host removed this member."
             )

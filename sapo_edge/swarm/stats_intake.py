@@ -18,6 +18,7 @@ from .batches import BatchRejected, check_signature
 from .progress import MAX_PROGRESS_BYTES, PROGRESS_PER_MINUTE, Progress
 from .protocol import MAX_STATS_BYTES, PROTOCOL_VERSION, ProtocolError, Stats, load
 from .roomkey import RoomKeys
+from .routes import is_relay
 from .signed_rate import SignedWindow
 from .stats import RoundStats, check_stats_fields
 
@@ -132,7 +133,7 @@ class StatsVerifier:
             raise BatchRejected(
                 "expired", f"the stats were sent over {self.window_s:.0f} s from now (clock skew?)."
             )
-        relay = route.startswith("relay:")
+        relay = is_relay(route)
         if not self._rate_ok(msg.sender, now, sent_at, relay, bool(kind)):
             raise BatchRejected(kind + "rate_limited", "over its stats per minute.")
         if kind:
@@ -164,7 +165,7 @@ class StatsIntake:
 
     def accept(self, route: str, msg: Stats) -> bool:
         """True when the route is a peer link that must be dropped (it is now muted)."""
-        if not route.startswith("relay:") and msg.sender != route:
+        if not is_relay(route) and msg.sender != route:
             return self.book.reject(route, "stats_wrong_sender")
         if msg.sender == self.self_id:
             return False  # our own, echoed
