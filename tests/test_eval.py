@@ -1,10 +1,13 @@
 """`sapo-edge eval`: held-out pass@1 on questions no node trains on, base model or checkpoint."""
 
+import dataclasses
+
 import pytest
 from task_configs import ONE_DIGIT_ADD
 
 from sapo_edge.cli import main
 from sapo_edge.config.settings import Config
+from sapo_edge.data.seeds import node_seeds
 from sapo_edge.data.task_sampler import TaskSampler, node_seed
 from sapo_edge.run.evaluate import HELDOUT_SEED, heldout_tasks
 
@@ -23,7 +26,7 @@ def test_heldout_questions_are_fixed_and_outside_every_node_stream():
     first, again = heldout_tasks(cfg, 8), heldout_tasks(cfg, 8)
     assert [t.question for t in first] == [t.question for t in again]
     assert all(t.ref.seed >= HELDOUT_SEED for t in first)
-    node = TaskSampler(cfg.domains, cfg.domain_configs, node_seed("node-0"))
+    node = TaskSampler(cfg.domains, cfg.domain_configs, node_seeds("node-0").questions)
     trained = {r.key for _ in range(50) for r in node.sample_batch(1)}
     assert trained.isdisjoint(t.ref.key for t in first)
     assert [t.question for t in heldout_tasks(cfg, 8, seed=1)] != [t.question for t in first]
@@ -37,6 +40,8 @@ def test_heldout_seeds_lie_past_every_seed_a_node_can_use():
         domains={"basic_arithmetic": 1.0}, domain_configs={"basic_arithmetic": ONE_DIGIT_ADD}
     )
     assert all(0 <= node_seed(f"node-{i}", base) < 2**31 for i in range(200) for base in (0, 7))
+    streams = [dataclasses.astuple(node_seeds(f"node-{i}", b)) for i in range(200) for b in (0, 7)]
+    assert all(0 <= s < 2**31 for seeds in streams for s in seeds)
     for seed in (0, 1, 12345, 2**31 - 1):
         assert all(t.ref.seed >= 2**31 for t in heldout_tasks(cfg, 2, seed=seed))
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..data.task_sampler import node_seed
+
 
 @dataclass(frozen=True)
 class Part:
@@ -33,8 +35,17 @@ def _rng_from_json(data: list) -> tuple:
     return (version, tuple(internal), gauss)
 
 
+def _put_sampler(node: Any, state: Any) -> None:
+    """A checkpoint from before data/seeds.py (issue 56) drew its questions from the node seed
+    itself (task_sampler.node_seed): its stream goes on from where it was, its rng and mix with
+    it. A state saved with any other seed is refused, as before."""
+    if isinstance(state, dict) and state.get("seed") == node_seed(node.node_id, node.cfg.seed):
+        node.sampler.seed = state["seed"]
+    node.sampler.load_state_dict(state)
+
+
 PARTS = (
-    Part("sampler", lambda n: n.sampler.state_dict(), lambda n, v: n.sampler.load_state_dict(v)),
+    Part("sampler", lambda n: n.sampler.state_dict(), _put_sampler),
     Part(
         "rng",
         lambda n: _rng_to_json(n.rng.getstate()),

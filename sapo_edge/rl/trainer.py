@@ -20,7 +20,8 @@ from pathlib import Path
 from ..backends.base import Backend, Completion, Sample
 from ..config.settings import Config
 from ..data.rollout import RolloutError, RolloutGroup, encode_batch, groups_of
-from ..data.task_sampler import TaskSampler, node_seed
+from ..data.seeds import node_seeds
+from ..data.task_sampler import TaskSampler
 from ..data.tasks import TaskError, regenerate
 from ..events import RunEvents, events
 from ..swarm.peers import PeerTally
@@ -76,12 +77,12 @@ class Node:
         self.node_id, self.name, self.model_id = node_id, name, model_id
         self.out_dir = Path(out_dir)
         self.callback = callback or PrintCallback()  # made a RunEvents by the setter
-        seed = node_seed(node_id, cfg.seed)  # each node draws its own questions
-        self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seed)
-        self.rng = random.Random(seed)
-        self.mix = AdaptiveMix(seed)  # chooses J each round when cfg.mix is "adaptive"
+        self.seeds = seeds = node_seeds(node_id, cfg.seed)  # one stream per purpose (data/seeds)
+        self.sampler = TaskSampler(cfg.domains, cfg.domain_configs, seeds.questions)
+        self.rng = random.Random(seeds.choices)
+        self.mix = AdaptiveMix(seeds.mix)  # chooses J each round when cfg.mix is "adaptive"
         self.success = Success()  # recent own success per domain (targeted sampling)
-        self.backend.reset(seed)  # LoRA weights from the node seed: two fresh runs are identical
+        self.backend.reset(seeds.lora)  # the same LoRA weights in two fresh runs of one seed
         pool_kw = dict(freshness_rounds=cfg.freshness_rounds, max_peer_share=cfg.max_peer_share)
         self.pool = ExternalPool(node_id, accepts=self.sampler.accepts, **pool_kw)
         self.rewards = reward_config(cfg)
@@ -318,7 +319,7 @@ class Node:
         self.callback.on_progress(self, phase, done, total, tokens)
 
     def _round_seed(self) -> int:
-        return (node_seed(self.node_id, self.cfg.seed) * 1_000_003 + self.round) % 2**31
+        return (self.seeds.generation * 1_000_003 + self.round) % 2**31
 
     def _receive(self) -> int:
         count = 0

@@ -21,7 +21,7 @@ from ..rl.node_settings import reward_config
 from ..rl.prompts import build_messages
 from ..rl.rewards import RewardConfig, score_completion
 
-# Node seeds are 31-bit (task_sampler.node_seed); held-out questions come from seeds at 2**40 and up,
+# Node seeds are 31-bit (data/seeds.py); held-out questions come from seeds at 2**40 and up,
 # so no node's question stream reaches them.
 HELDOUT_SEED = 2**40
 
