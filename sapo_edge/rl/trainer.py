@@ -34,6 +34,7 @@ from .node_checkpoint import resume_node, save_node
 from .node_settings import apply_settings, reward_config
 from .node_state import restore, snapshot
 from .peer_text import peer_completions
+from .peers_alone import external_target
 from .pool import ExternalPool
 from .prompts import build_messages
 from .rewards import score_completion
@@ -199,6 +200,7 @@ class Node:
         received = self._received = self._received_carry + self._receive()
         self._received_carry = 0
         n_local, n_external = self._mix_targets(own)
+        n_external = external_target(own, n_local, n_external)  # peers alone: the Aha case only
         self._pool_before_sampling = self.pool.snapshot()
         if cfg.mix == "adaptive":  # peers first: own groups fill what they fell short of, so the
             external = self._sample_external(n_external, own, n_local)  # trains I' + J'
