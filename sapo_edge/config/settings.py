@@ -136,6 +136,11 @@ class Config:
         "each question: small models that ignore the system prompt's format copy it "
         "(SmolLM2-135M tags a third of its answers with it, none without).",
     )
+    format_instruction: bool = _f(
+        False,
+        "Repeat the answer format's instruction in the user's turn after each question (the "
+        "system prompt alone is all but ignored by SmolLM2-135M): experiments/aha_speedup.toml.",
+    )
     format_reward: float = _f(
         0.0,
         "Bonus for exactly one well-formed <answer> tag (0 = off; the paper found it unnecessary).",

@@ -27,18 +27,44 @@ EXAMPLE = (
 )
 
 
+# The format instruction said again in the user's turn, after each question, when the config's
+# format_instruction is on (experiments/aha_speedup.toml): SmolLM2-135M all but ignores it in the
+# system prompt (1 tagged answer in 6,912 without the example), and a node that can find the
+# format alone, rarely, is what asks whether sharing speeds up what it could learn by itself.
+# Its base rate under this wording is in docs/results.md (experiments/base_rate.py); a wording
+# with "your answer" in the tags was copied literally.
+INSTRUCTION = "End your reply with <answer>N</answer>, where N is the answer."
+
+
 def build_messages(
-    question: str, system_prompt: str = SYSTEM_PROMPT, example: bool = False
+    question: str,
+    system_prompt: str = SYSTEM_PROMPT,
+    example: bool = False,
+    instruction: bool = False,
 ) -> list[dict[str, str]]:
     """System + user chat messages for one question, with the worked EXAMPLE between them when
-    example is true. Sampling, training and evaluation build a node's prompts with this one
-    function and the same flag, so a completion is trained on the prompt it was sampled from."""
+    example is true, and every user turn (the example's too) followed by INSTRUCTION when
+    instruction is true. Sampling, training and evaluation build a node's prompts with this one
+    function and the same flags, so a completion is trained on the prompt it was sampled from."""
     shown = [dict(m) for m in EXAMPLE] if example else []
+    if instruction:
+        for m in shown:
+            m["content"] = _instructed(m["content"]) if m["role"] == "user" else m["content"]
+        question = _instructed(question)
     return [
         {"role": "system", "content": system_prompt},
         *shown,
         {"role": "user", "content": question},
     ]
+
+
+def _instructed(text: str) -> str:
+    return f"{text}\n{INSTRUCTION}"
+
+
+def node_messages(question: str, cfg) -> list[dict[str, str]]:
+    """build_messages with a node's settings (cfg.format_example, cfg.format_instruction)."""
+    return build_messages(question, example=cfg.format_example, instruction=cfg.format_instruction)
 
 
 def extract_tagged(text: str) -> str | None:

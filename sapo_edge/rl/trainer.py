@@ -36,7 +36,7 @@ from .node_state import restore, snapshot
 from .peer_text import peer_completions
 from .peers_alone import external_target
 from .pool import ExternalPool
-from .prompts import build_messages
+from .prompts import node_messages
 from .rewards import score_completion
 from .sampling import ScoredGroup, sample_self, scored, select_subset
 from .targeting import Success, targeted_limit, wanted
@@ -131,7 +131,7 @@ class Node:
 
     def _messages(self, question: str) -> list[dict[str, str]]:
         """The chat prompt a question is sampled and trained with (the same for both)."""
-        return build_messages(question, example=self.cfg.format_example)
+        return node_messages(question, self.cfg)
 
     def _run_round(self) -> RoundReport:
         cfg, started = self.cfg, (time.perf_counter(), time.process_time())

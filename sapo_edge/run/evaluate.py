@@ -18,7 +18,7 @@ from ..data.tasks import Task, regenerate
 from ..models.resolve import resolve_model
 from ..rl.checkpoints import STATE, find_latest
 from ..rl.node_settings import reward_config
-from ..rl.prompts import build_messages
+from ..rl.prompts import node_messages
 from ..rl.rewards import RewardConfig, score_completion
 
 # Node seeds are 31-bit (data/seeds.py); held-out questions come from seeds at 2**40 and up,
@@ -110,7 +110,7 @@ def evaluate(
             cfg = dataclasses.replace(cfg, format_example=example)
         rewards = RewardConfig() if strict else reward_config(cfg)
         gens = backend.generate(
-            [build_messages(t.question, example=cfg.format_example) for t in tasks],
+            [node_messages(t.question, cfg) for t in tasks],
             samples,
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
