@@ -14,7 +14,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from stats import Interval, interval
+import aha_lines
+from stats import counts_of, exact_binomial, paired, proportion_interval
 
 SOLO = "8/0"
 GOAL_RATIO, GOAL_GAIN = 2.0, 0.15  # at least 2x 8/0's unhinted held-out pass@1, and 0.15 more
@@ -35,8 +36,30 @@ def roles(cell: dict) -> tuple[list[str], list[str]]:
 
 def pooled(cell: dict, names: list[str]) -> float:
     """Held-out strict pass@1 over every completion of these nodes."""
-    scores = [s for n in names for s in cell["heldout"]["per_node"][n]["scores"]]
-    return sum(scores) / len(scores)
+    k, n = counted(cell, names)
+    return k / n
+
+
+def counted(cell: dict, names: list[str]) -> tuple[int, int]:
+    """(right, asked) over every held-out answer of these nodes (strict: each 0 or 1)."""
+    return counts_of([s for n in names for s in cell["heldout"]["per_node"][n]["scores"]])
+
+
+def solo_steps(seeds: dict[int, dict]) -> dict:
+    """Under 8/0, over every seed's unhinted nodes: answers tagged of answers given (from each
+    round's tagged share, questions x group size answers a round), and node-rounds in which a
+    strict reward above 0 was earned of node-rounds run (in the others every own answer scored
+    0 alike: every advantage 0, nothing trained)."""
+    tagged = answers = rewarded = rounds = 0
+    for c in seeds.values():
+        per_round = c["config"].get("questions_per_round", 8) * c["config"].get("group_size", 4)
+        for n in roles(c)[1]:
+            shares = [x or 0.0 for x in c["tagged_share"][n]]
+            tagged += sum(round(x * per_round) for x in shares)
+            answers += per_round * len(shares)
+            rewarded += sum(1 for x in c["strict_reward"][n] if x)
+            rounds += len(c["strict_reward"][n])
+    return {"tagged": tagged, "answers": answers, "rewarded": rewarded, "rounds": rounds}
 
 
 def first_tagged_right(cell: dict, name: str) -> int | None:
@@ -58,14 +81,14 @@ def analyse(cells: list[dict]) -> dict:
             by_split.setdefault(c["split"], {})[c["seed"]] = c
     splits = {}
     for split, seeds in by_split.items():
-        unhinted = {s: pooled(c, roles(c)[1]) for s, c in seeds.items()}
-        hinted = {s: pooled(c, roles(c)[0]) for s, c in seeds.items()}
+        counts = {s: (counted(c, roles(c)[1]), counted(c, roles(c)[0])) for s, c in seeds.items()}
         splits[split] = {
             "seeds": sorted(seeds),
-            "unhinted": unhinted,
-            "hinted": hinted,
-            "unhinted_interval": interval(list(unhinted.values())),
-            "hinted_interval": interval(list(hinted.values())),
+            "counts": dict(sorted(counts.items())),  # seed -> ((right, asked) unhinted, hinted)
+            "unhinted": {s: k / n for s, ((k, n), _) in counts.items()},
+            "hinted": {s: k / n for s, (_, (k, n)) in counts.items()},
+            "unhinted_interval": proportion_interval([u for u, _ in counts.values()]),
+            "hinted_interval": proportion_interval([h for _, h in counts.values()]),
             "mechanism": {
                 s: {
                     n: (from_hinted(c, n), first_tagged_right(c, n), c["tagged_share"][n][-1])
@@ -79,7 +102,27 @@ def analyse(cells: list[dict]) -> dict:
         "splits": splits,
         "base": pooled(base, list(base["heldout"]["per_node"])) if base else None,
         "goal": goal(splits),
+        "solo": solo_steps(by_split[SOLO]) if SOLO in by_split else None,
+        "paired": paired_unhinted(splits),
+        "speedup": aha_lines.speedup(cells),
+        "spread": aha_lines.spread(cells),
+        "after_stop": aha_lines.after_stop_table(cells),
     }
+
+
+def paired_unhinted(splits: dict) -> dict:
+    """The unhinted nodes' held-out strict pass@1, paired by seed: each split against 8/0, and
+    each other sharing split against 4/4."""
+    pairs = [(x, SOLO) for x in splits if x != SOLO] + [
+        (x, "4/4") for x in splits if x not in (SOLO, "4/4") and "4/4" in splits
+    ]
+    out = {}
+    for x, y in pairs:
+        if y in splits:
+            diffs, iv = paired(splits[x]["unhinted"], splits[y]["unhinted"])
+            if diffs:
+                out[(x, y)] = (diffs, iv)
+    return out
 
 
 def _order(splits: dict) -> list[str]:
@@ -96,14 +139,17 @@ def spread_line(a: dict) -> str:
     seeds = ", ".join(f"{s}: {len(splits[s]['seeds'])} seed(s)" for s in order)
     return (
         f"Aha spread: unhinted nodes' held-out strict pass@1: {unhinted}. "
-        f"Hinted node: {hinted}. ({seeds}; 95% t-intervals over seeds.)"
+        f"Hinted node: {hinted}. ({seeds}; 95% intervals over seeds on the logit scale, inside "
+        "[0, 1].)"
     )
 
 
-def _iv(iv: Interval) -> str:
-    if iv.low is None:
-        return f"{iv.mean:.3f} [one seed]"
-    return f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+def _iv(iv) -> str:
+    """mean [low, high]; where every seed scored 0, the exact upper bound of all pooled."""
+    text = f"{iv.mean:.3f} [one seed]" if iv.low is None else iv.text(3)
+    if iv.successes == 0 and iv.pooled is not None:
+        text += f" (0 of {iv.trials:,} right: exact 95% upper bound {iv.pooled[1]:.4f})"
+    return text
 
 
 def goal(splits: dict) -> dict | None:
@@ -128,12 +174,15 @@ def goal(splits: dict) -> dict | None:
     return {"best": best, "met": met, "enough": enough, "apart": apart, "gain": iv.mean - solo.mean}
 
 
-def render(a: dict) -> list[str]:
+def render(a: dict, with_goal: bool = True) -> list[str]:
+    """The Aha section; issue 45's goal line only where that goal was set (with_goal)."""
     splits = a["splits"]
     if not splits:
         return []
     lines = ["", spread_line(a), ""]
-    g = a["goal"]
+    lines += [aha_lines.speedup_line(a["speedup"]), ""] if a["speedup"] else []
+    lines += [aha_lines.spread_line(a["spread"]), ""] if a["spread"] else []
+    g = a["goal"] if with_goal else None
     if g:
         solo, best = splits[SOLO]["unhinted_interval"], splits[g["best"]]["unhinted_interval"]
         ratio = f"{best.mean / solo.mean:.1f}x" if solo.mean > 0 else "from zero"
@@ -148,6 +197,16 @@ def render(a: dict) -> list[str]:
         ]
     if a["base"] is not None:
         lines += [f"Base model, asked without the example, strictly: {a['base']:.3f}.", ""]
+    if a["solo"]:
+        s = a["solo"]
+        lines += [
+            f"Under 8/0 the unhinted nodes tagged {s['tagged']:,} of their {s['answers']:,} own "
+            f"answers and earned a strict reward above 0 in {s['rewarded']} of their "
+            f"{s['rounds']} node-rounds; in each node-round without one, every answer scored 0 "
+            "alike: every advantage was 0 and no training step was taken.",
+            "",
+        ]
+    lines += _cells_table(splits) + _paired_table(a["paired"]) + a["after_stop"] + [""]
     lines += [
         "How it spread, per unhinted node: groups of the hinted node it trained on over the run, "
         "the first round in which one of its own answers was right and tagged (- = never), and "
@@ -163,6 +222,42 @@ def render(a: dict) -> list[str]:
                 f"{n}: {k}, {'-' if r is None else r}, {t:.2f}" for n, (k, r, t) in nodes.items()
             )
             lines.append(f"| {split} | {seed} | {per} |")
+    return lines
+
+
+def _exact(k: int, n: int) -> str:
+    low, high = exact_binomial(k, n)
+    return f"{k} of {n}: {k / n:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _cells_table(splits: dict) -> list[str]:
+    """Each cell's held-out strict pass@1 with its exact (Clopper-Pearson) 95% interval."""
+    lines = [
+        "Each cell's held-out strict pass@1, right of asked, with its exact binomial 95% interval:",
+        "",
+        "| split | seed | unhinted nodes | hinted node |",
+        "|---|---|---|---|",
+    ]
+    for split in _order(splits):
+        for seed, (u, h) in splits[split]["counts"].items():
+            lines.append(f"| {split} | {seed} | {_exact(*u)} | {_exact(*h)} |")
+    return lines
+
+
+def _paired_table(pairs: dict) -> list[str]:
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "The unhinted nodes' held-out strict pass@1 paired by seed (t-interval over seeds):",
+        "",
+        "| comparison | per seed | mean [95% CI] |",
+        "|---|---|---|",
+    ]
+    for (x, y), (diffs, iv) in pairs.items():
+        per = ", ".join(f"{s}: {d:+.3f}" for s, d in diffs.items())
+        mean = f"{iv.mean:+.3f}" + ("" if iv.low is None else f" [{iv.low:+.3f}, {iv.high:+.3f}]")
+        lines.append(f"| {x} - {y} | {per} | {mean} |")
     return lines
 
 

@@ -38,13 +38,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import alone  # noqa: E402
 import prank  # noqa: E402
 from stats import samples_for_se, standard_error  # noqa: E402
 
 TARGETED = "+targeted"  # a split's suffix: external_sampling = targeted (sapo_edge/rl/targeting.py)
 NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answers at advantage 0
 # in this order: 4/4+targeted+no-negatives; the prank's last (experiments/prank.py: 4/4+prank+trim)
-SUFFIXES = (TARGETED, NO_NEGATIVES, *prank.SUFFIXES)
+SUFFIXES = (TARGETED, NO_NEGATIVES, *prank.SUFFIXES, alone.ALONE)  # +alone: experiments/alone.py
 
 
 def parse_split(split: str) -> tuple[str, set[str]]:
@@ -148,7 +149,8 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         watch = prank.PrankRun(PrintCallback(), scene, names, cfg.lenient)
         run_sim(cfg, watch, scenario=watch)
     elif split != BASE:
-        run_sim(cfg)
+        for phase in alone.phases(cfg, parse_split(split)[1]):  # one, or two with +alone
+            run_sim(phase)
     sim_seconds, sim_cpu = time.time() - t0, time.process_time() - c0
     per_node = args.heldout_per_node or heldout_per_node(cfg.nodes)
     t1, c1 = time.time(), time.process_time()

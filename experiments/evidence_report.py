@@ -24,7 +24,8 @@ sys.path.insert(0, str(HERE))
 
 import aha_report  # noqa: E402
 import prank_report  # noqa: E402
-from stats import Interval, interval, paired  # noqa: E402
+import report_scope  # noqa: E402
+from stats import Interval, interval, paired, proportion_interval  # noqa: E402
 
 NOTES = (
     "<!-- notes: written by hand, kept when experiments/evidence_report.py rebuilds this file -->"
@@ -134,7 +135,7 @@ def analyse(cells: list[dict]) -> dict:
             "seeds": sorted(by_seed),
             "total": {s: c["total"] for s, c in by_seed.items()},
             "total_interval": interval([c["total"] for c in by_seed.values()]),
-            "heldout_interval": interval([c["heldout"]["pass_at_1"] for c in by_seed.values()]),
+            "heldout_interval": heldout_interval(list(by_seed.values())),
             "heldout_se_max": max((c["heldout"]["se"] or 0.0) for c in by_seed.values()),
             "completions": min(c["heldout"]["completions"] for c in by_seed.values()),
             "rounds": min(rounds_of(c) for c in by_seed.values()),
@@ -189,6 +190,13 @@ def analyse(cells: list[dict]) -> dict:
         "ceiling": ceiling(splits),
         "task": task_line(cells[0]["config"]) if cells and "config" in cells[0] else "",
     }
+
+
+def heldout_interval(cells: list[dict]):
+    """Held-out pass@1 over seeds with an interval inside [0, 1] (stats.proportion_interval):
+    each cell's right answers (its scores' sum) of its completions."""
+    h = [c["heldout"] for c in cells]
+    return proportion_interval([(x["pass_at_1"] * x["completions"], x["completions"]) for x in h])
 
 
 TASK_KEYS = ("min_terms", "max_terms", "min_digits", "max_digits", "operators")  # shown per domain
@@ -278,8 +286,9 @@ def _iv(iv: Interval | None, digits: int = 2) -> str:
     return "-" if iv is None else iv.text(digits)
 
 
-def reading(a: dict) -> list[str]:
-    """Sentences that follow from the numbers alone (no judgement written in advance)."""
+def reading(a: dict, goals: frozenset[str] = frozenset()) -> list[str]:
+    """Sentences that follow from the numbers alone (no judgement written in advance); a goal's
+    line only for the goals set for this experiment (report_scope.GOALS)."""
     out = []
     for (x, y), c in a["comparisons"].items():
         iv, n = c["interval"], len(c["diffs"])
@@ -319,7 +328,7 @@ def reading(a: dict) -> list[str]:
             )
     for (x, y), c in a["comparisons"].items():
         r = c.get("lesson_interval")
-        if y != "8/0" or r is None:
+        if y != "8/0" or r is None or report_scope.LESSON not in goals:
             continue
         held = c["heldout_diffs"]
         held_mean = interval(list(held.values())).mean
@@ -332,7 +341,7 @@ def reading(a: dict) -> list[str]:
         )
     for (x, y), c in a["comparisons"].items():  # the issue's goal, for every split against 8/0
         r = c["ratio_interval"]
-        if y != "8/0" or r is None:
+        if y != "8/0" or r is None or report_scope.CUMULATIVE not in goals:
             continue
         goal = r.low is not None and r.mean >= 1.5 and r.excludes(1.0)
         out.append(
@@ -381,6 +390,7 @@ def render(label: str, a: dict) -> str:
         lines.append("")
     if a.get("task"):
         lines += [a["task"], ""]
+    lines += [report_scope.baseline(label), ""]
     if not a["splits"]:
         lines.append("No trained cell has finished yet.")
     else:
@@ -394,6 +404,12 @@ def render(label: str, a: dict) -> str:
             f"| {split} | {','.join(map(str, v['seeds']))} | {_iv(v['total_interval'])} | "
             f"{_iv(v['heldout_interval'], 3)} | {v['heldout_se_max']:.4f} | {v['completions']} |"
         )
+    if a["splits"]:
+        lines += [
+            "",
+            "Held-out intervals are over seeds on the logit scale and stay inside [0, 1] "
+            "(experiments/stats.py: proportion_interval); the others are Student t over seeds.",
+        ]
     if a["base"]:
         h = a["base"]["heldout"]
         lines += [
@@ -470,7 +486,7 @@ def render(label: str, a: dict) -> str:
             f"{split}: {picked} of the {used} peer groups trained were picked for being wanted "
             "(rl/targeting.py); the rest came from the uniform draw.",
         ]
-    text = reading(a)
+    text = reading(a, report_scope.goals(label))
     if text:
         lines += ["", "What these numbers say (generated from them):", ""]
         lines += [f"- {t}" for t in text]
@@ -564,7 +580,8 @@ def write_results(docs: Path) -> Path:
         a = analyse(cells)
         parts.append(render(label, a))
         if aha_report.is_aha(cells):  # hinted nodes: did the format spread?
-            parts.append("\n".join(aha_report.render(aha_report.analyse(cells))) + "\n")
+            goal = report_scope.AHA in report_scope.goals(label)
+            parts.append("\n".join(aha_report.render(aha_report.analyse(cells), goal)) + "\n")
             p = aha_report.plot(label, cells, docs / "evidence" / label)
             if p is not None:
                 parts.append(f"![{p.stem}](evidence/{label}/{p.name})\n")

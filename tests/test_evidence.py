@@ -142,15 +142,15 @@ def _cell(split, seed, total, pass_at_1=0.3, js=(4, 4)):
 
 def test_report_from_hand_made_summaries(tmp_path):
     docs = tmp_path / "docs"
-    (docs / "evidence" / "t").mkdir(parents=True)
+    (docs / "evidence" / "main").mkdir(parents=True)
     cells = [_cell("8/0", s, t) for s, t in ((0, 10.0), (1, 11.0), (2, 12.0))]
     cells += [_cell("4/4", s, t) for s, t in ((0, 12.0), (1, 14.0), (2, 13.0))]
     cells += [_cell("adaptive", 0, 9.0, js=(0, 6))]
     cells += [_cell("adaptive+targeted", 0, 15.0, js=(2, 2))]
     for c in cells:
         name = f"seed-{c['seed']}-{evidence.slug(c['split'])}.json"
-        (docs / "evidence" / "t" / name).write_text(json.dumps(c))
-    (docs / "evidence" / "t" / "seed-9-x.json").write_text("{not json")
+        (docs / "evidence" / "main" / name).write_text(json.dumps(c))
+    (docs / "evidence" / "main" / "seed-9-x.json").write_text("{not json")
     (docs / "results.md").write_text("old text\n" + evidence_report.NOTES + "\nmy notes\n")
     text = evidence_report.write_results(docs).read_text()
     # 8/0: mean 11, sd 1 -> 11 +- 4.303 / sqrt(3) = 2.484
@@ -168,11 +168,46 @@ def test_report_from_hand_made_summaries(tmp_path):
     assert "below it" in text  # adaptive 9.0 vs 4/4's 13.0
     assert "seed-9-x.json" in text and "could not be read" in text
     assert text.endswith(evidence_report.NOTES + "\nmy notes\n") and "old text" not in text
-    assert (docs / "evidence/t/cumulative_reward.png").stat().st_size > 1000
-    assert (docs / "evidence/t/adaptive_j.png").stat().st_size > 1000
+    assert "Baseline 8/0: the same nodes, seeds and questions" in text  # main's, by hand
+    assert (docs / "evidence/main/cumulative_reward.png").stat().st_size > 1000
+    assert (docs / "evidence/main/adaptive_j.png").stat().st_size > 1000
     assert "adaptive+targeted - 8/0: one paired seed (+5.00); no interval yet." in text
     assert "adaptive+targeted: J chosen over all node-rounds: J=2: 100%" in text
-    assert (docs / "evidence/t/adaptive-targeted_j.png").stat().st_size > 1000
+    assert (docs / "evidence/main/adaptive-targeted_j.png").stat().st_size > 1000
+
+
+def test_goal_lines_only_under_the_experiments_they_were_set_for(tmp_path):
+    """Issue 56: the 1.5x goal and the fair target were set for main, long, v3 and v4; under any
+    other experiment (aha, a new one) the report checks neither, and says its baseline."""
+    docs = tmp_path / "docs"
+    for label in ("v4", "aha-new"):
+        (docs / "evidence" / label).mkdir(parents=True)
+        for c in [_cell("8/0", s, 10.0 + s) for s in (0, 1, 2)]:
+            c["rewards"] = {n: [v / 12] * 12 for n, v in c["cumulative"].items()}
+            (docs / "evidence" / label / f"seed-{c['seed']}-8-0.json").write_text(json.dumps(c))
+        for c in [_cell("4/4", s, 20.0 + s) for s in (0, 1, 2)]:
+            c["rewards"] = {n: [v / 12] * 12 for n, v in c["cumulative"].items()}
+            (docs / "evidence" / label / f"seed-{c['seed']}-4-4.json").write_text(json.dumps(c))
+    text = evidence_report.write_results(docs).read_text()
+    new, v4 = text.split("## Experiment `aha-new`")[1].split("## Experiment `v4`")  # by name
+    assert "the goal (>= 1.5x" in v4 and "the fair target (>= 1.1x" in v4
+    assert "the goal (>= 1.5x" not in new and "fair target" not in new
+    assert "4/4 earned more cumulative reward than 8/0" in new  # the reading itself stays
+    assert "Baseline: not described for this experiment yet." in new
+
+
+def test_held_out_intervals_stay_inside_0_and_1(tmp_path):
+    """Two seeds far apart gave a t-interval of 0.387 [-0.356, 1.130] (v3's 4/4+targeted); the
+    interval over seeds is now taken on the logit scale."""
+    docs = tmp_path / "docs"
+    (docs / "evidence" / "t").mkdir(parents=True)
+    for seed, p in ((0, 0.02), (1, 0.98)):
+        c = _cell("8/0", seed, 10.0, pass_at_1=p)
+        (docs / "evidence" / "t" / f"seed-{seed}-8-0.json").write_text(json.dumps(c))
+    text = evidence_report.write_results(docs).read_text()
+    row = next(ln for ln in text.splitlines() if ln.startswith("| 8/0 | 0,1 |"))
+    low, high = (float(x) for x in row.split("|")[4].split("[")[1].split("]")[0].split(","))
+    assert 0.0 <= low < 0.02 and 0.98 < high <= 1.0
 
 
 def test_splits_with_no_seed_in_common_get_no_comparison_row(tmp_path):
@@ -300,7 +335,7 @@ def _lesson_docs(tmp_path, ratios, heldout):
     """8/0 earns 0.5 a node-round; 4/4+targeted ratios[seed] times that over the first 12
     rounds (then the same), and held-out pass@1 heldout[seed] against 8/0's 0.5."""
     docs = tmp_path / "docs"
-    (docs / "evidence" / "t").mkdir(parents=True)
+    (docs / "evidence" / "main").mkdir(parents=True)
     for seed, r in enumerate(ratios):
         ref = _rounds_cell("8/0", seed, [0.5] * 16)
         ref["heldout"]["pass_at_1"] = 0.5
@@ -308,7 +343,7 @@ def _lesson_docs(tmp_path, ratios, heldout):
         pol["heldout"]["pass_at_1"] = heldout[seed]
         for c in (ref, pol):
             name = f"seed-{seed}-{evidence.slug(c['split'])}.json"
-            (docs / "evidence" / "t" / name).write_text(json.dumps(c))
+            (docs / "evidence" / "main" / name).write_text(json.dumps(c))
     return evidence_report.write_results(docs).read_text()
 
 
