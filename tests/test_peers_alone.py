@@ -83,3 +83,22 @@ def test_with_an_informative_own_group_the_peers_groups_train_beside_it(tmp_path
     node = _hinted(tmp_path, right=2)  # half right: every own group informative
     report = node.run_round()
     assert report.local_used == 2 and report.external_used == 2
+
+
+def test_a_node_without_the_example_keeps_sapo_s_rule_and_learns_its_failed_kind(tmp_path):
+    """Only a laptop that sees the worked example is held back: any other node that solved one
+    question and failed another still trains its peers' groups (SAPO's rule, every experiment's)."""
+    cfg = make_cfg(tmp_path, lenient=False, format_example=False)
+    node = Node(
+        cfg,
+        _OneRightOneWrong(right=4),
+        InProcessHub().connect("id-n"),
+        node_id="id-n",
+        name="n",
+        model_id="scripted",
+        out_dir=tmp_path / "n",
+    )
+    for seed in (5, 6, 7):
+        node.pool.add(_peer_group(cfg, seed), 0)
+    report = node.run_round()
+    assert report.local_used == 0 and report.external_used == 2

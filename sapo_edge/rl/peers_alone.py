@@ -11,10 +11,13 @@ as one with own groups in it. Issue 57: the teacher's laptop in the Aha lesson (
 answers in tags, its own groups all alike) trained two rounds of 0+4 on students' groups,
 re-encoded on its hinted prompt, and its tagged share went 88% -> 44% -> 0%.
 
-So a round trains peers' groups alone only when every own completion scored 0 (or less); a
-node that answered any of its questions right in every completion and none with mixed results
-takes no peers' groups that round (they stay in the pool for a later round), unless it was told
-to train on peers only (local_samples = 0).
+So on a laptop that sees the worked example (format_example: the teacher's, a hinted student)
+a round trains peers' groups alone only when every own completion scored 0 (or less); one that
+answered any of its questions right in every completion and none with mixed results takes no
+peers' groups that round (they stay in the pool for a later round), unless it was told to train
+on peers only (local_samples = 0). Every other node keeps SAPO's rule (the paper's, and every
+experiment's): a node that solved one question and failed another learns the failed one's kind
+from its peers, which is what the swarm is for; no evidence here says that harms it.
 """
 
 from __future__ import annotations
@@ -28,9 +31,14 @@ def all_failed(own: list[ScoredGroup]) -> bool:
     return all(r <= 0 for g in own for r in g.rewards)
 
 
-def external_target(own: list[ScoredGroup], n_local: int, n_external: int) -> int:
-    """This round's J: n_external, or 0 when the step would hold peers' groups alone (no own
-    group with differing rewards) although the node did not fail every question it drew."""
-    if n_local == 0 or any(is_informative(g.rewards) for g in own) or all_failed(own):
+def external_target(
+    own: list[ScoredGroup], n_local: int, n_external: int, sees_example: bool
+) -> int:
+    """This round's J: n_external, or 0 on a laptop that sees the worked example when the step
+    would hold peers' groups alone (no own group with differing rewards) although it did not
+    fail every question it drew."""
+    if not sees_example or n_local == 0:
+        return n_external
+    if any(is_informative(g.rewards) for g in own) or all_failed(own):
         return n_external
     return 0

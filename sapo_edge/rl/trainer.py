@@ -200,7 +200,7 @@ class Node:
         received = self._received = self._received_carry + self._receive()
         self._received_carry = 0
         n_local, n_external = self._mix_targets(own)
-        n_external = external_target(own, n_local, n_external)  # peers alone: the Aha case only
+        n_external = external_target(own, n_local, n_external, cfg.format_example)  # see there
         self._pool_before_sampling = self.pool.snapshot()
         if cfg.mix == "adaptive":  # peers first: own groups fill what they fell short of, so the
             external = self._sample_external(n_external, own, n_local)  # trains I' + J'
