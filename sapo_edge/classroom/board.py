@@ -65,9 +65,19 @@ class _Member:
         return self.latest
 
     def state(self) -> str:
-        if self.latest is not None and (self.progress is None or self.round_at >= self.progress_at):
-            return f"round {self.latest.round + 1} done"
+        if self._round_newer():
+            return f"round {self.latest.round + 1} done"  # type: ignore[union-attr]
         return self.progress.describe() if self.progress is not None else ""
+
+    def final(self) -> bool:
+        """Its newest word ends its run (done, or left): no later word is coming."""
+        last = None if self._round_newer() else self.progress
+        return last is not None and last.phase in ("done", "stopped")
+
+    def _round_newer(self) -> bool:
+        return self.latest is not None and (
+            self.progress is None or self.round_at >= self.progress_at
+        )
 
 
 class ClassBoard:

@@ -41,6 +41,7 @@ class MemberRow:
     # a board read back from class.jsonl without the host's counts)
     last_seen: float  # unix time of its newest figures or progress
     state: str = ""  # what it says it is doing: 'round 3 · generating 40%', 'round 2 done'
+    final: bool = False  # that word ends its run (done, left): the views show it however old
     # the Aha lesson (issue 45): its newest round's share of answers in tags and strict reward
     # (None: not said), the first round (1-based) it answered right inside the tags (0: not
     # yet), whom it had trained on most rewarded groups from before then ("": nobody), and
@@ -153,12 +154,6 @@ def scored_round(m: Any) -> tuple[int, float] | None:
     if m.rounds and p.round < max(m.rounds):
         return None
     return p.round, p.reward
-
-
-def is_final(state: str) -> bool:
-    """A member's state that ends its run ('left', 'done after 8 rounds'): no later word is
-    coming, so the views show it as it is however long ago it was said."""
-    return state == "left" or state.startswith("done after")
 
 
 # The views add "(host)", "(baseline)", "(hint)" and "(removed)" after the names of those rows (row_marks): a
@@ -294,6 +289,7 @@ def member_row(
         received_here=None,
         last_seen=m.last_seen,
         state=clean(m.state(), 60),
+        final=m.final(),
         tagged=p.tagged,
         strict=p.strict,
         first_tagged=p.first_tagged,

@@ -18,7 +18,6 @@ from ...classroom.board_rows import (
     ClassSnapshot,
     MemberRow,
     first_tagged_lines,
-    is_final,
     row_marks,
 )
 from ...data.textsafe import clean, short_name
@@ -51,9 +50,9 @@ def _doing(row: MemberRow, now: float) -> Text:
     """What the member says it is doing. Its last word stands when it is the end of its run
     (left, done); else, once it has said nothing for QUIET_AFTER (a laptop asleep, a network
     gone), it is not its present: 'asleep? not heard for 2m'."""
-    if row.state and not is_final(row.state) and _quiet(row, now):
+    if row.state and not row.final and _quiet(row, now):
         return Text(f"asleep? not heard for {ago(now - row.last_seen).removesuffix(' ago')}")
-    return Text(clean(row.state, 24), style="dim" if is_final(row.state) else "")
+    return Text(clean(row.state, 24), style="dim" if row.final else "")
 
 
 def _quiet(row: MemberRow, now: float) -> bool:

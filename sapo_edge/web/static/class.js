@@ -75,7 +75,7 @@ function ago(s) {
 
 function doing(m, now) {  // its last word; a run's end stands, else marked after a minute
   const state = m.state || "";
-  const final = state === "left" || state.startsWith("done after");
+  const final = m.final === true; // its last word ends its run (done, left): shown however old
   if (!state || final || now - m.last_seen <= 60) return state;
   return "asleep? not heard for " + ago(now - m.last_seen) + " (was: " + state + ")";
 }
