@@ -450,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     args.code = code_version()
     cell_config(args, 0, "8/0")  # a bad config fails here, before any lane starts
+    for split in args.splits + args.single_seed_splits:  # ...and a +alone without --hint-rounds
+        alone.phases(cell_config(args, 0, split), parse_split(split)[1])
     if (
         args.commit
         and _git(["rev-parse", "--show-toplevel"], cwd=args.docs.resolve().parent) == "unknown"

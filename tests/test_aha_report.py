@@ -223,6 +223,10 @@ def test_the_alone_arm_runs_shared_rounds_then_the_rest_alone(tmp_path):
     args.hint_rounds = 0
     with pytest.raises(SystemExit, match="give --hint-rounds"):
         alone.phases(evidence.cell_config(args, 0, "4/4+alone"), {alone.ALONE})
+    argv = ["--config", str(args.config), "--splits", "4/4+alone", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="give --hint-rounds"):  # before any cell starts
+        evidence.main([*argv, "--docs", str(tmp_path / "docs"), "--single-seed-splits", ""])
+    assert not (tmp_path / "docs").exists()
 
 
 @pytest.mark.slow
