@@ -42,12 +42,16 @@ def test_once_the_teacher_chooses_only_its_choices_give_the_example() -> None:
     assert not h.choose("b" * 32, True, 12.0)  # no change: nothing to tell
     assert not _example(h.extra_for("c" * 32))  # a newcomer: no slot by coming first
     assert _example(h.extra_for("b" * 32)) and not _example(h.extra_for("a" * 32))  # rejoining
-    assert sorted(h.words()) == [(11.0, "a" * 32, "unhinted"), (12.0, "b" * 32, "hinted")]
+    assert sorted(h.words()) == [(10.0, "b" * 32, "hinted"), (11.0, "a" * 32, "unhinted")]
+    assert not h.choose("d" * 32, False, 13.0) and len(h.words()) == 2  # no change: no word
 
 
 def test_a_student_applies_the_newest_word_at_a_round_s_start_only() -> None:
     class N:
         cfg = Config(format_example=False)
+
+        def configure(self, changes):  # as trainer.Node: its settings (and config.json)
+            self.cfg = Config(**{**self.cfg.to_dict(), **changes})
 
     word, node = HintWord(), N()
     assert word.heard(True, 5.0) and not word.heard(False, 4.0)  # an older word loses
@@ -113,19 +117,30 @@ def test_the_teacher_gives_and_takes_the_example_and_the_students_rounds_follow(
         h.close()
 
 
-def test_the_teacher_s_words_are_said_again_for_a_laptop_that_missed_one(tmp_path) -> None:
+def test_the_teacher_s_words_are_said_again_removals_first(tmp_path) -> None:
+    """A newcomer learns of a removal only from these repeats: a teacher's many hint choices
+    must not crowd it out (the review's scenario: one removal, then 12 hint words)."""
+    import time
+    from types import SimpleNamespace
+
+    from sapo_edge.classroom.host import ClassHost
+    from sapo_edge.classroom.removal import REPEATED
+
+    removals = SimpleNamespace(words=lambda: [(1.0, "a" * 32, "removed")])
+    hints = SimpleNamespace(words=lambda: [(2.0 + k, f"{k:032x}", "hinted") for k in range(12)])
+    words = ClassHost.words(SimpleNamespace(removals=removals, hints=hints))
+    assert len(words) == REPEATED and words[0] == (1.0, "a" * 32, "removed")
+    assert [w[0] for w in words[1:]] == [7.0 + k for k in range(REPEATED - 1)]  # newest hints
+
     said: list[tuple[str, str]] = []
-    words = [(3.0, "c" * 32, "hinted"), (1.0, "a" * 32, "removed")]
     r = Repeater(lambda: words, lambda node_id, phase: said.append((node_id, phase)), every=0.05)
     try:
-        import time
-
         deadline = time.monotonic() + 10
-        while len(said) < 2 and time.monotonic() < deadline:
+        while len(said) < REPEATED and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         r.stop()
-    assert said[:2] == [("a" * 32, "removed"), ("c" * 32, "hinted")]  # oldest first
+    assert said[:REPEATED] == [(n, p) for _at, n, p in words]  # in the host's order
 
 
 @pytest.mark.parametrize(

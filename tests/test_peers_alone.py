@@ -48,7 +48,7 @@ def test_a_hinted_node_that_answered_everything_right_trains_no_peers_groups_alo
     node = _hinted(tmp_path, mix=mix)  # every own answer right and tagged: all alike
     report = node.run_round()
     assert report.strict_reward == 1.0 and report.local_used == 0
-    assert report.external_used == 0 and report.external_target == 0
+    assert report.external_used == 0 and report.held_back and report.external_target == 2
     assert node.backend.steps == []  # no step at all: nothing pulls it off its format
     assert len(node.pool) == 3  # the students' groups wait for a round that can use them
 
@@ -102,3 +102,16 @@ def test_a_node_without_the_example_keeps_sapo_s_rule_and_learns_its_failed_kind
         node.pool.add(_peer_group(cfg, seed), 0)
     report = node.run_round()
     assert report.local_used == 0 and report.external_used == 2
+
+
+def test_a_held_back_round_neither_credits_nor_pauses_the_adaptive_mix_s_j(tmp_path):
+    """The review's case: the bandit asked J, the hold-back trained 0. Crediting that round to
+    J=0 (its reward decided by the round itself) and pausing the J asked as if the pool fell
+    short broke the mix's accounting: the block ends uncredited, nothing paused."""
+    node = _hinted(tmp_path, mix="adaptive")
+    report = node.run_round()
+    assert report.held_back and node.backend.steps == []
+    assert node.mix.block["withheld"] and node.mix.block["trained"] == []
+    node.run_round()  # the next choice closes the block: no credit, no pause
+    assert node.mix.paused == {} and node.mix.last_credited is None
+    assert not any(node.mix.weight.values())

@@ -92,9 +92,9 @@ class Hints:
         """The teacher gives `node_id` the worked example (`on`) or takes it back, at `at` (the
         host's clock, as its signed word says); True when that changed who holds it."""
         with self._lock:
-            self.chosen[node_id] = (at, on)
             if on == (node_id in self.given):
-                return False
+                return False  # nothing changes: first-come allocation goes on as it was
+            self.chosen[node_id] = (at, on)
             if on:
                 self.given.append(node_id)
                 self.given_at[node_id] = self.clock()
@@ -214,7 +214,11 @@ class HintWord:
             on = self.on
         if on is None or node.cfg.format_example == on:
             return
-        node.cfg = dataclasses.replace(node.cfg, format_example=on)
+        try:  # as any running setting: the node, its backend and its config.json (so a run
+            node.configure({"format_example": on})  # continued alone asks as it trained)
+        except ValueError as e:  # (ConfigError) nothing applied; said, and tried next round
+            self.log(f"the teacher's worked example not applied: {e}")
+            return
         self.log(
             "the teacher gave this laptop the worked example: this round's prompts show it"
             if on

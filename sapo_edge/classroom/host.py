@@ -24,15 +24,15 @@ from ..swarm.admission import Admissions, Grant
 from ..swarm.identity import Identity
 from ..swarm.nats_room import is_nats_url, room_subjects
 from ..swarm.network import NetworkTransport
+from ..swarm.paths import RECENT_S
 from ..swarm.progress import Progress
 from ..swarm.roomkey import new_room_key
-from ..swarm.routes import is_relay
 from .board import CLASS_FILE, ClassBoard
 from .code import format_code, qr_lines
 from .hint import Hints, teacher_hints
 from .host_services import HostServices, lan_address
 from .member import ClassMember, printable
-from .removal import Removals, Repeater, teacher_says, tell
+from .removal import REPEATED, Removals, Repeater, teacher_says, tell
 from .settings import describe_task, make_invite, read_invite
 from .taught import TAUGHT_FILE, Taught
 
@@ -244,9 +244,11 @@ class ClassHost:
         return teacher_hints(self, who, on)
 
     def words(self) -> list[tuple[float, str, str]]:
-        """The teacher's words about members, said again by the Repeater: removals, hints."""
-        removed = self.removals.words() if self.removals is not None else []
-        return removed + self.hints.words()
+        """The teacher's words about members the Repeater says again (REPEATED at most): the
+        newest removals first (a newcomer learns of one only so), hints in what room is left."""
+        removed = sorted(self.removals.words())[-REPEATED:] if self.removals is not None else []
+        room = REPEATED - len(removed)
+        return removed + (sorted(self.hints.words())[-room:] if room else [])
 
     def close(self) -> None:
         if self._repeater is not None:
@@ -339,18 +341,15 @@ class ClassHost:
         members = f"{n} of {self.opts.max_members} members"
         if t is None or self.board is None:
             return f"{members} · not started"
-        recent = time.time() - 300.0
-        direct = {
-            p.node_id: p.connection for p in t.peers() if p.connected and p.connection != "relay"
-        }
-        own = t.ident.node_id
-        heard = [k for k in self.board.heard_since(recent) if k != own and k not in direct]
+        paths = t.paths()
+        direct, own = paths.direct, t.ident.node_id
+        heard = [k for k in self.board.heard_since(time.time() - RECENT_S) if k not in direct]
+        heard = [k for k in heard if k != own]  # (the board's members, not only the relay's)
         vias = Counter(direct.values())
         parts = [f"{len(direct)} linked directly"]
         if vias:
             parts[0] += " (" + ", ".join(f"{c} {v}" for v, c in sorted(vias.items())) + ")"
-        relay_up = any(is_relay(k) for k in t.connected())
-        parts.append(f"{len(heard)} via the relay" if relay_up else "relay down")
+        parts.append(f"{len(heard)} via the relay" if paths.relay_up else "relay down")
         return f"{members} · {', '.join(parts)} · listening on :{t.port}"
 
     # ------------------------------------------------------------------ training

@@ -74,8 +74,9 @@ class Removals:
 
 class Repeater:
     """The host's words about members said again every `every` seconds on a thread of its own,
-    until stop(): `words()` gives (node id, phase) pairs, the newest REPEATED of them are said
-    (`say(node_id, phase)` each), so a laptop that was away or missed one hears it."""
+    until stop(): `words()` gives the (when, node id, phase) to say (`say(node_id, phase)` each,
+    REPEATED at most, in its order: the host puts removals first), so a laptop that was away or
+    missed one hears it."""
 
     def __init__(
         self,
@@ -91,7 +92,7 @@ class Repeater:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            for _at, node_id, phase in sorted(self.words())[-REPEATED:]:
+            for _at, node_id, phase in self.words()[:REPEATED]:
                 self.say(node_id, phase)
 
     def stop(self) -> None:

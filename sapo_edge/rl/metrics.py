@@ -47,6 +47,7 @@ class RoundReport:
     )
     local_target: int = 0  # I asked for this round (local_used can be fewer: informative only)
     external_target: int = 0  # J asked for this round
+    held_back: bool = False  # ...and held back (rl/peers_alone.py): none trained, all kept
     mix_progress: float | None = None  # adaptive: progress per round credited this round...
     mix_credited: int | None = None  # ...to this J (the J a finished block trained)
     external_targeted: int = 0  # external groups picked for teaching this node (targeted)
@@ -157,6 +158,7 @@ class PrintCallback(RunEvents):
             ext += f", J={r.external_target} chosen"
         # J=0 (a solo baseline): what arrived is kept, none of it trained (issue 57: "recv 8")
         recv = f"{r.received} unused (J=0)" if r.received and not r.external_target else r.received
+        recv = f"{r.received} kept (held back: own groups all alike)" if r.held_back else recv
         self.print(
             f"{r.node:>8} round {r.round + 1:4d} | reward {r.reward_mean:.3f} (avg5 {avg:.3f}) | zero-adv {r.zero_adv_fraction:.0%}"
             f" | recv {recv} | train {r.local_used}+{r.external_used} groups (ext {ext}) | gen {r.gen_tokens} tok {r.gen_seconds:.1f}s"

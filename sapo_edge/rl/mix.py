@@ -137,10 +137,10 @@ class AdaptiveMix:
         fits = feasible_arms(budget, questions_per_round, available, min_local) or [min(allowed)]
         self.paused = {j: n - 1 for j, n in self.paused.items() if n > 1}
         b = self.block
-        if b is not None and not self._must_close(b, fits):
+        if b is not None and not b.get("withheld") and not self._must_close(b, fits):
             return b["arm"]
-        if b is None or not b["trained"]:
-            start = statistics.fmean(group_rewards)  # nothing to end: the whole round starts
+        if b is None or not b["trained"] or b.get("withheld"):  # nothing to credit: the whole
+            start = statistics.fmean(group_rewards)  # round starts the next block
         else:
             ends, starts = self._halves(group_rewards)
             self._credit(b, statistics.fmean(ends))
@@ -156,6 +156,13 @@ class AdaptiveMix:
         """The J the step of this round trained (external groups actually used)."""
         if self.block is not None:
             self.block["trained"].append(int(j))
+
+    def withheld(self) -> None:
+        """This round's step was held back whatever J was asked (rl/peers_alone.py): the block
+        ends at the next choice, neither credited (its J was not what decided the round) nor
+        its J paused (the pool did not fall short)."""
+        if self.block is not None:
+            self.block["withheld"] = True
 
     def _must_close(self, b: dict, arms: list[int]) -> bool:
         t = b["trained"]
@@ -261,6 +268,7 @@ class AdaptiveMix:
                 "start": float(b["start"]),
                 "trained": [int(j) for j in b["trained"]],
                 "only": bool(b.get("only", False)),
+                "withheld": bool(b.get("withheld", False)),
             }
         )
         lp, lc = d.get("last_progress"), d.get("last_credited")

@@ -22,6 +22,8 @@ from its peers, which is what the swarm is for; no evidence here says that harms
 
 from __future__ import annotations
 
+from typing import Any
+
 from .advantages import is_informative
 from .sampling import ScoredGroup
 
@@ -31,13 +33,12 @@ def all_failed(own: list[ScoredGroup]) -> bool:
     return all(r <= 0 for g in own for r in g.rewards)
 
 
-def external_target(
-    own: list[ScoredGroup], n_local: int, n_external: int, sees_example: bool
-) -> int:
-    """This round's J: n_external, or 0 on a laptop that sees the worked example when the step
-    would hold peers' groups alone (no own group with differing rewards) although it did not
-    fail every question it drew."""
-    if not sees_example or n_local == 0:
+def external_target(own: list[ScoredGroup], cfg: Any, n_external: int) -> int:
+    """This round's J: n_external, or 0 on a laptop that sees the worked example (the node's
+    settings now, `cfg`) when the step would hold peers' groups alone (no own group with
+    differing rewards) although it did not fail every question it drew; a node told to train
+    on peers only (local_samples = 0) is never held back."""
+    if not cfg.format_example or cfg.local_samples == 0:
         return n_external
     if any(is_informative(g.rewards) for g in own) or all_failed(own):
         return n_external

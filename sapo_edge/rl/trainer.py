@@ -200,12 +200,15 @@ class Node:
         received = self._received = self._received_carry + self._receive()
         self._received_carry = 0
         n_local, n_external = self._mix_targets(own)
-        n_external = external_target(own, n_local, n_external, cfg.format_example)  # see there
+        asked, n_external = n_external, external_target(own, self.cfg, n_external)  # see there
         self._pool_before_sampling = self.pool.snapshot()
         if cfg.mix == "adaptive":  # peers first: own groups fill what they fell short of, so the
             external = self._sample_external(n_external, own, n_local)  # trains I' + J'
             local = sample_self(own, n_local + n_external - len(external), self.rng)
-            self.mix.trained(len(external))  # the bandit credits the J trained, not the J asked
+            if n_external < asked:  # held back: the J asked did not decide this round
+                self.mix.withheld()
+            else:
+                self.mix.trained(len(external))  # the bandit credits the J trained
         else:
             local = sample_self(own, n_local, self.rng)
             external = self._sample_external(n_external, own, n_local)
@@ -252,7 +255,8 @@ class Node:
         report.external_zeroed = (
             0 if cfg.external_negatives else sum(a < 0 for g in external for a in g.advantages)
         )
-        report.local_target, report.external_target = n_local, n_external
+        report.local_target, report.external_target = n_local, asked
+        report.held_back = n_external < asked
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress
             report.mix_credited = self.mix.last_credited
