@@ -208,3 +208,14 @@ async def read_until_closed(ws: Any, within: float = 10.0) -> None:
     async with asyncio.timeout(within):
         while not ws.closed:
             await read_raw(ws, timeout=within)
+
+
+def fake_paths(links, peers=()):
+    """What NetworkTransport.paths() gives for a fake transport with these live links' keys
+    (node ids, 'relay:URL') and PeerInfo rows (their `connection` is how they are linked)."""
+    from sapo_edge.swarm.paths import Paths
+    from sapo_edge.swarm.routes import is_relay
+
+    keys = list(links)
+    direct = {p.node_id: p.connection for p in peers if p.node_id in keys}
+    return Paths(direct, any(is_relay(k) for k in keys), frozenset())

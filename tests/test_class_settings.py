@@ -8,6 +8,7 @@ import json
 import threading
 
 import pytest
+from swarm_util import fake_paths
 
 from sapo_edge.classroom.code import CodeError, big_text, format_code, parse_code, qr_lines
 from sapo_edge.classroom.settings import (
@@ -175,6 +176,7 @@ def test_a_student_whose_clock_is_off_is_told_so() -> None:
         counters=counters,
         connected=lambda: ["relay:ws://h:1"],
         peers=lambda: [],
+        paths=lambda: fake_paths(["relay:ws://h:1"]),
     )
     code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
     joined = SimpleNamespace(
@@ -225,6 +227,7 @@ def test_a_warning_about_the_path_clears_once_a_path_works_again() -> None:
         counters=Counter(),
         connected=lambda: list(links),
         peers=lambda: [],
+        paths=lambda: fake_paths(links),
     )
     code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
     joined = SimpleNamespace(
@@ -295,8 +298,9 @@ def test_once_the_class_has_ended_nothing_warns_that_it_cannot_be_reached() -> N
         closed=False,
         mdns=False,
         counters=Counter(),
-        connected=lambda: looks.append(1) or [],
+        connected=lambda: [],
         peers=lambda: [],
+        paths=lambda: looks.append(1) or fake_paths([]),
     )
     joined = SimpleNamespace(
         transport=transport,
@@ -340,6 +344,7 @@ def test_a_watcher_says_nothing_once_the_run_has_left_the_class_network() -> Non
         counters=Counter(),
         connected=lambda: list(links),
         peers=lambda: [],
+        paths=lambda: fake_paths(links),
     )
     code = parse_code("7-acorn-zinnia@192.168.1.20:7745")
     joined = SimpleNamespace(

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 import test_classroom
+from swarm_util import fake_paths
 from test_classroom import linked, student
 
 from sapo_edge.classroom.code import parse_code
@@ -77,6 +78,7 @@ def test_the_header_says_the_class_ended_while_classmates_are_still_linked() -> 
         counters=Counter(),
         connected=lambda: [classmate.node_id],
         peers=lambda: [classmate],
+        paths=lambda: fake_paths([classmate.node_id], [classmate]),
     )
     joined = SimpleNamespace(
         transport=transport,

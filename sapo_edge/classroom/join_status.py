@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..swarm.routes import is_relay
 from .join import Joined
 
 NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
@@ -21,18 +20,15 @@ def class_path(joined: Joined) -> tuple[bool, str]:
     t = joined.transport
     if not t.port:  # not started: the node loads its model first
         return False, "starting: this laptop joins the class's network once its model is loaded"
-    links = t.connected()
-    relay_up = any(is_relay(k) for k in links)
-    rows = [p for p in t.peers() if p.connected]
-    lan = sum(p.connection == "lan" for p in rows)
-    host = sum(p.connection == "manual" for p in rows)
+    paths = t.paths()
+    lan = paths.linked("lan")
     parts = []
     if lan:
         parts.append(f"the LAN ({lan} peer{'s' if lan != 1 else ''})")
-    if host:
+    if paths.linked("manual"):
         parts.append(f"the host's address {joined.host_address}")
-    if relay_up:
-        heard = sum(p.connection == "relay" for p in t.peers())
+    if paths.relay_up:
+        heard = len(paths.heard)
         parts.append(f"the host's relay ({heard} member{'s' if heard != 1 else ''} heard)")
     if parts:
         return True, "in the class via " + ", ".join(parts)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 
 from aiohttp import web
 
 from ..data.rollout import RolloutError, groups_of
-from . import removed
+from . import paths, removed
 from .admission import Admissions, serve_admission
 from .batches import make_rollouts, seal
 from .dialing import Dialer
@@ -40,7 +39,6 @@ from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .publish_pace import PublishPace
 from .roomkey import RoomKeys, describe_room, room_keys
-from .routes import is_relay
 from .stats_channel import StatsChannel
 
 
@@ -311,30 +309,12 @@ class NetworkTransport:
         return self.intake.drain()
 
     def describe(self) -> str:
-        """e.g. '2 peers connected (1 lan, 1 manual); relay up, 3 more heard through it in 5 min'
-        ('0 peers connected; relay up, 3 nodes heard in 5 min' when the relay carries all)."""
-        recent = time.time() - 300.0
-        with self.core.lock:
-            links = self.table.links
-            direct = [s.via for k, s in self.book.stats.items() if k in links and s.node_id]
-            relay_up = any(is_relay(k) for k in links)
-            heard = sum(
-                1
-                for s in self.book.stats.values()
-                if s.node_id and s.via == "relay" and s.last_seen > recent
-            )
-        vias = Counter(direct)
-        text = f"{len(direct)} peer{'s' if len(direct) != 1 else ''} connected"
-        if vias:
-            text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(vias.items())) + ")"
-        nodes = f"{heard} node{'s' if heard != 1 else ''} heard in 5 min"
-        if direct:  # nodes linked directly are counted there, not again as heard via the relay
-            nodes = f"{heard} more heard through it in 5 min"
-        if self.nats is not None:
-            text += f"; {self.nats.describe()}, {nodes}"
-        elif self.relay_url:
-            text += f"; relay {'up' if relay_up else 'down'}, {nodes}"
-        return text + f"; listening on :{self.port}"
+        """A line for status displays: the paths that carry this node (paths.py)."""
+        return paths.describe(self)
+
+    def paths(self) -> paths.Paths:
+        """Which paths carry this node now (paths.py): one value every display formats."""
+        return paths.of(self)
 
     def peers(self) -> list[PeerInfo]:
         """One row per peer heard of: name, id, model, backend, via, counts, top rejection."""
