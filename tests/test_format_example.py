@@ -105,3 +105,22 @@ def test_an_adapter_can_be_asked_without_the_example_and_scored_strictly(tmp_pat
     assert strict.pass_at_1 == 0.0  # right, but untagged
     lenient = ev.evaluate(cfg, questions=2, samples=1, checkpoint=str(ckpt), log=print)
     assert lenient.pass_at_1 == 0.5  # the run's reward: half for a right untagged answer
+
+
+def test_an_adapter_trained_with_the_instruction_is_asked_with_it(tmp_path, scripted_eval):
+    """The review's case: evaluation restored format_example from the checkpoint but not
+    format_instruction (issue 56's prompt variant), so it asked another prompt than trained."""
+    backend = scripted_eval
+    ckpt = tmp_path / "round-000003"
+    ckpt.mkdir()
+    (ckpt / "COMPLETE").write_text("")
+    backend.save(ckpt)
+    saved = {"model": "m", "format_example": False, "format_instruction": True}
+    (ckpt / "state.json").write_text(json.dumps({"round": 3, "config": saved}))
+    cfg = make_cfg(tmp_path, format_instruction=False)
+    said: list[str] = []
+    ev.evaluate(cfg, questions=2, samples=1, checkpoint=str(ckpt), log=said.append)
+    assert backend.calls[-1]["prompts"] == [
+        build_messages(t.question, instruction=True) for t in ev.heldout_tasks(cfg, 2)
+    ]
+    assert any("trained with format_instruction = true" in m for m in said)

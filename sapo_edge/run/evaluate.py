@@ -49,22 +49,26 @@ def heldout_tasks(cfg: Config, questions: int, seed: int = 0) -> list[Task]:
     return [regenerate(ref) for ref in sampler.sample_batch(questions)]
 
 
+PROMPT_SETTINGS = ("format_example", "format_instruction")  # what shapes the prompt asked
+
+
 def _as_trained(cfg: Config, checkpoint: Path, log: Callable[[str], None]) -> Config:
-    """An adapter is asked with the prompt it trained with: its checkpoint's format_example
-    wins over this run's (a flag or preset left at its default would otherwise change the
-    prompt under it), and the log says so."""
+    """An adapter is asked with the prompt it trained with: its checkpoint's prompt settings
+    (the worked example, the instruction after the question) win over this run's (a flag or
+    preset left at its default would otherwise change the prompt under it), and the log says so."""
     try:
         saved = json.loads((checkpoint / STATE).read_text(encoding="utf-8"))["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return cfg  # an older checkpoint, or not one of ours: the run's setting stands
-    trained = saved.get("format_example", False) if isinstance(saved, dict) else None
-    if not isinstance(trained, bool) or trained == cfg.format_example:
+    if not isinstance(saved, dict):
         return cfg
-    log(
-        f"{checkpoint} trained with format_example = {str(trained).lower()}: evaluating with "
-        "the prompts it trained with."
-    )
-    return dataclasses.replace(cfg, format_example=trained)
+    trained = {k: saved.get(k, False) for k in PROMPT_SETTINGS}
+    changed = {k: v for k, v in trained.items() if isinstance(v, bool) and v != getattr(cfg, k)}
+    if not changed:
+        return cfg
+    said = ", ".join(f"{k} = {str(v).lower()}" for k, v in changed.items())
+    log(f"{checkpoint} trained with {said}: evaluating with the prompts it trained with.")
+    return dataclasses.replace(cfg, **changed)
 
 
 def evaluate(
