@@ -210,3 +210,25 @@ def test_h_in_the_class_view_gives_the_selected_member_the_example_and_takes_it_
     finally:
         ada.transport.close()
         h.close()
+
+
+def test_a_host_word_from_before_the_welcome_is_not_heeded(tmp_path) -> None:
+    """The review's replay: the teacher hinted X, then took it back; X restarted and rejoined
+    (its welcome: no example); a classmate replays the captured 'hinted X' (still within the
+    signature's age limit): X must not turn the example on. The welcome carries the host's
+    clock, and words signed before it are not heeded (in force, the host says them again)."""
+    h = _hinting_host(tmp_path, "1")
+    try:
+        ada = student(h, tmp_path, "ada")
+        try:
+            since = ada.invite.said_at
+            assert since > 0 and ada.hint_word.at == since and ada.removals.since == since
+            assert not ada.hint_word.heard(True, since - 5)  # replayed: older than the welcome
+            assert ada.hint_word.on is None
+            me = ada.transport.ident.node_id
+            assert not ada.removals.heard("b" * 32, True, since - 5) and me not in ada.removals
+            assert ada.hint_word.heard(True, since + 1)  # the host's word after it counts
+        finally:
+            ada.transport.close()
+    finally:
+        h.close()

@@ -76,7 +76,7 @@ class Hints:
         """The welcome's settings for a newcomer that said it is `node_id` (None: it did not):
         the example for the first `students` of them, and again for any of those who rejoin."""
         if not self.active:
-            return self.invite(False)
+            return self.invite(None)  # as the class's settings say
         with self._lock:
             if node_id and not self.chosen and node_id not in self.given:
                 if len(self.given) >= self.students:
@@ -193,13 +193,15 @@ def teacher_hints(host: Any, who: str, on: bool) -> str:
 
 class HintWord:
     """A student's record of the teacher's choice about this laptop (the host's signed word):
-    `heard(on, at)` on the network's thread, the newest word winning; `apply(node)` at the start
-    of the node's round turns its format_example on or off for that round and the next ones."""
+    `heard(on, at)` on the network's thread, the newest word winning and none from before
+    `since` (its welcome, which said where it stands: an older word replayed by a classmate is
+    not heeded); `apply(node)` at the start of the node's round turns its format_example on or
+    off for that round and the next ones."""
 
-    def __init__(self, log: Callable[[str], None] = lambda _m: None) -> None:
+    def __init__(self, log: Callable[[str], None] = lambda _m: None, since: float = -1.0) -> None:
         self.log = log
         self.on: bool | None = None
-        self.at = -1.0
+        self.at = since
         self._lock = threading.Lock()
 
     def heard(self, on: bool, at: float) -> bool:

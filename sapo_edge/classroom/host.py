@@ -179,19 +179,20 @@ class ClassHost:
         host_id = ident.node_id
         self.hints = Hints(  # who sees the worked example: each newcomer's own settings
             self.cfg,
-            lambda example: make_invite(
-                replace(self.cfg, format_example=example),
+            lambda example: make_invite(  # None: as the class's settings say
+                self.cfg if example is None else replace(self.cfg, format_example=example),
                 invite.node_port,
                 invite.relay_port,
                 name,
                 host_id,
+                said_at=time.time(),  # its words from before this welcome are not heeded
             ).to_text(),
             working=self.board.working,
             log=self.log,
         )
+        self.admissions.extra_for = self.hints.extra_for  # each welcome written as it goes
         if self.hints.active:
             invite = read_invite(self.hints.extra_for(None))  # the students' settings, no hint
-            self.admissions.extra_for = self.hints.extra_for
             self.board.hinted = lambda node_id: self.hints.hinted(node_id, host_id)
             self.log(self.hints.describe())
         self.admissions.grant = Grant(room, key, self.cfg.relay, invite.to_text())

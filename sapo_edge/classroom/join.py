@@ -126,8 +126,9 @@ class Joined:
         host_id = self.invite.host_id
         if self.transport.nats is not None:
             self.transport.nats.want_end = True
-        self.removals = removals = Removals(self.transport)
-        self.hint_word = hint_word = HintWord(self.transport.log)
+        since = self.invite.said_at  # the host's words from before the welcome: not heeded
+        self.removals = removals = Removals(self.transport, since)
+        self.hint_word = hint_word = HintWord(self.transport.log, since)
         own_id = self.transport.ident.node_id
 
         def heard(v: Any) -> None:
@@ -143,7 +144,7 @@ class Joined:
                 hint_word.heard(p.phase == "hinted", v.sent_at)
             if p.phase in ("removed", "readmitted") and p.member != own_id:
                 removals.heard(p.member, p.phase == "removed", v.sent_at)
-            elif p.phase == "removed" and not self.removed.is_set():  # this laptop: out
+            elif p.phase == "removed" and not self.removed.is_set() and v.sent_at >= since:
                 removals.heard(own_id, True, v.sent_at)  # it takes no classmate's group now
                 self.removed.set()
                 self._tell(self.on_removed, "that the teacher removed this laptop")

@@ -26,8 +26,9 @@ class Removals:
     student: the host's). `transport`: this laptop's NetworkTransport (refuses them at once);
     apply(pool) is called by the trainer's callback (ClassMember) at each phase. Thread-safe."""
 
-    def __init__(self, transport: Any) -> None:
+    def __init__(self, transport: Any, since: float = -1.0) -> None:
         self.transport = transport
+        self.since = since  # the host's time of this laptop's welcome: no older word heeded
         self.out: dict[str, float] = {}  # node id -> when (the host's clock, its signed word)
         self.said_at: dict[str, float] = {}  # node id -> time of the newest word heard for it
         self._pending: dict[str, bool] = {}  # node id -> refused, not yet applied to the pool
@@ -37,8 +38,8 @@ class Removals:
         """The host's word `at` (its signed sending time) about `node_id`; an older word than
         one already heard is ignored (routes may reorder). True when it changed something."""
         with self._lock:
-            if at < self.said_at.get(node_id, -1.0):
-                return False
+            if at < max(self.since, self.said_at.get(node_id, -1.0)):
+                return False  # before what this laptop knows (its welcome, a newer word)
             self.said_at[node_id] = at
             if removed == (node_id in self.out):
                 return False

@@ -62,6 +62,8 @@ class Invite:
     relay_port: int  # the host's relay on the code's address (0: none; Grant.relay names one)
     host_name: str  # the host's node name, for people
     host_id: str = ""  # the host's node id: whose signed "the class ended" students heed
+    said_at: float = 0.0  # the host's clock as it wrote this welcome: its signed words about
+    # members from before are not heeded (in force, they are said again; replayed, they lie)
 
     def to_text(self) -> str:
         text = dumps_canonical(
@@ -72,6 +74,7 @@ class Invite:
                 "relay_port": self.relay_port,
                 "host_name": self.host_name,
                 "host_id": self.host_id,
+                **({"said_at": self.said_at} if self.said_at else {}),
             }
         )
         if len(text) > MAX_EXTRA_CHARS:
@@ -83,11 +86,16 @@ class Invite:
 
 
 def make_invite(
-    cfg: Config, node_port: int, relay_port: int, host_name: str, host_id: str = ""
+    cfg: Config,
+    node_port: int,
+    relay_port: int,
+    host_name: str,
+    host_id: str = "",
+    said_at: float = 0.0,
 ) -> Invite:
     settings = {k: v for k, v in cfg.to_dict().items() if k in CLASS_FIELDS}
     settings["model"] = cfg.model
-    return Invite(settings, node_port, relay_port, host_name, host_id)
+    return Invite(settings, node_port, relay_port, host_name, host_id, said_at)
 
 
 def read_invite(text: str) -> Invite:
@@ -97,7 +105,7 @@ def read_invite(text: str) -> Invite:
     except JsonError as e:
         raise ConfigError(f"the host's settings are not valid JSON ({e.reason}).") from None
     want = {"v", "settings", "node_port", "relay_port", "host_name", "host_id"}
-    if not isinstance(obj, dict) or set(obj) != want:
+    if not isinstance(obj, dict) or set(obj) - {"said_at"} != want:
         raise ConfigError(
             "the host sent settings this version of sapo-edge cannot read: use the same "
             "sapo-edge version as the teacher."
@@ -121,7 +129,11 @@ def read_invite(text: str) -> Invite:
             f"the host sets {', '.join(clean(k, 40) for k in unknown[:5])}, which a class may not "
             "set (or this version does not know): use the same sapo-edge version as the teacher."
         )
-    return Invite(settings, obj["node_port"], obj["relay_port"], clean(name, 40), host_id)
+    said_at = obj.get("said_at", 0.0)
+    if isinstance(said_at, bool) or not isinstance(said_at, int | float) or not said_at >= 0:
+        raise ConfigError("the host's settings give a time that is not one.")
+    ports = obj["node_port"], obj["relay_port"]
+    return Invite(settings, *ports, clean(name, 40), host_id, float(said_at))
 
 
 def class_config(invite: Invite, local: dict[str, Any]) -> Config:
