@@ -70,6 +70,8 @@ def check_suffixes(split: str, suffixes: set[str]) -> None:
         raise SystemExit(f"split {split!r}: one prank, {PRANK} or {PRANK_BEFORE}.")
     if REMOVE in suffixes and not suffixes & set(WHERE):
         raise SystemExit(f"split {split!r}: {REMOVE} removes the prankster; add {PRANK}.")
+    if suffixes & set(WHERE) and "+alone" in suffixes:  # (alone.py's phases would drop it)
+        raise SystemExit(f"split {split!r}: a prank runs shared to its end; leave out +alone.")
 
 
 def for_split(suffixes: set[str]) -> Prank | None:

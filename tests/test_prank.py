@@ -154,7 +154,11 @@ def test_in_a_sim_defence_b_removes_the_prankster(monkeypatch, tmp_path):
 def test_prank_splits_are_named_checked_and_configured(tmp_path):
     assert evidence.parse_split("4/4+prank+trim") == ("4/4", {"+prank", "+trim"})
     assert evidence.parse_split("4/4+prank-before+trim") == ("4/4", {"+prank-before", "+trim"})
-    for bad, why in (("4/4+remove", "add \\+prank"), ("8/0+prank", "J = 0")):
+    for bad, why in (
+        ("4/4+remove", "add \\+prank"),
+        ("8/0+prank", "J = 0"),
+        ("4/4+prank+alone", "leave out \\+alone"),
+    ):
         with pytest.raises(SystemExit, match=why):
             evidence.check_split(bad)
     args = evidence.parser().parse_args(
