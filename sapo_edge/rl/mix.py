@@ -149,7 +149,7 @@ class AdaptiveMix:
         # a J that was the only one the pool could fill ends as soon as others fit (the first
         # node of a swarm has no peer groups in its first round)
         only = len(fits) == 1 and len(allowed) > 1
-        self.block = {"arm": arm, "start": start, "trained": [], "only": only}
+        self.block = {"arm": arm, "start": start, "trained": [], "only": only, "withheld": False}
         return arm
 
     def trained(self, j: int) -> None:
