@@ -10,6 +10,7 @@ import time
 from swarm_util import batch_for
 
 import sapo_edge.swarm.network as network
+import sapo_edge.swarm.publish_pace as publish_pace
 from sapo_edge.swarm.batches import make_rollouts
 
 
@@ -72,7 +73,7 @@ def test_pacing_never_exceeds_the_minute_and_spreads_it_over_the_minute(nodes, m
     for per_minute in (60, 10, 7, 1):
         node = nodes(max_batches_per_minute=per_minute)
         clock = [1000.0]
-        monkeypatch.setattr(network.time, "monotonic", lambda clock=clock: clock[0])
+        monkeypatch.setattr(publish_pace.time, "monotonic", lambda clock=clock: clock[0])
         sent: list[float] = []
         for _ in range(3000):
             if node.pace.take():
