@@ -16,7 +16,7 @@ from sapo_edge.data.rollout import RolloutGroup, encode_batch
 from sapo_edge.data.tasks import TaskRef, regenerate
 from sapo_edge.rl.metrics import MEASURED
 from sapo_edge.rl.trainer import Node, RoundStopped
-from sapo_edge.run.control import apply_settings
+from sapo_edge.run.control import change_settings
 from sapo_edge.swarm.transport import InProcessHub
 
 
@@ -374,14 +374,16 @@ def test_two_fresh_nodes_with_the_same_settings_start_from_the_same_weights(tmp_
 def test_settings_changed_at_run_time_reach_the_backend_or_are_refused(tmp_path):
     node = make_node(make_cfg(tmp_path), "a", InProcessHub().connect("id-a"))
     logs: list[str] = []
-    apply_settings(node, {"temperature": 0.01, "learning_rate": 1e-3, "lenient": True}, logs.append)
+    change_settings(
+        node, {"temperature": 0.01, "learning_rate": 1e-3, "lenient": True}, logs.append
+    )
     assert node.backend.configured[-1] is node.cfg and node.cfg.learning_rate == 1e-3
     assert node.rewards.lenient is True
     node.run_round()
     assert node.backend.calls[-1]["temperature"] == 0.01  # greedy now: the group is all alike
     assert node.backend.steps == []
     for refused in ({"lora_r": 8}, {"domains": {"bf": 1.0}}, {"seed": 3, "learning_rate": 1.0}):
-        apply_settings(node, refused, logs.append)
+        change_settings(node, refused, logs.append)
         assert logs[-1].startswith("settings not applied") and "restart" in logs[-1]
     assert node.cfg.lora_r == 16 and node.cfg.learning_rate == 1e-3  # nothing of it applied
     assert len(node.backend.configured) == 1

@@ -86,7 +86,7 @@ class RunControl:
                 save, self._save = self._save, False
                 pending, self._pending = self._pending, {}
             if pending:
-                apply_settings(node, pending, log)
+                change_settings(node, pending, log)
             if save:
                 tell(node, log, f"checkpoint saved: {node.save()}")
             with self._cond:
@@ -126,9 +126,10 @@ def tell(node: Any, log: Callable[[str], None], text: str) -> None:
     events(getattr(node, "callback", None)).on_notice(node.name, text)
 
 
-def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
-    """Apply new settings to a node from its next round: Node.configure hands them to the
-    trainer, the reward, the peer pool and the backend (learning rate, temperature...); a bad
+def change_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
+    """The person's new settings, to a node from its next round: Node.configure hands them to
+    the trainer, the reward, the peer pool, the backend and config.json (rl/node_settings.py's
+    apply_settings: learning rate, temperature...); a bad
     value, or a setting only a restart can change (model, LoRA shape, seed...), is refused whole
     with the reason."""
     fields = {f.name for f in dataclasses.fields(Config)} - NETWORK_SETTINGS
@@ -146,7 +147,6 @@ def apply_settings(node: Any, settings: dict[str, Any], log: Callable[[str], Non
                 "settings applied from this round: "
                 + ", ".join(f"{k}={v}" for k, v in known.items()),
             )
-            node.cfg.save(node.out_dir / "config.json")  # a resumed run keeps them
             events(getattr(node, "callback", None)).on_settings(node, dict(known))
     if other:  # no transport switches its network while running (issue 55: the probe for a
         # reconfigure() that none has read like a feature)
