@@ -152,3 +152,7 @@ def test_the_page_says_what_the_lesson_shows():
     assert said.startswith("This lesson: the teacher's laptop and 2 students see a worked example")
     assert "<answer>...</answer>" in said
     assert Hints(Config(hint=""), _invite).lesson() == ""
+    alone = Hints(Config(hint="host"), _invite)  # seen in a lesson: "the teacher's laptop see"
+    assert alone.lesson().startswith("This lesson: the teacher's laptop sees a worked example")
+    alone.choose("b" * 32, True, 1.0)  # the teacher gave a student the example: said so
+    assert alone.lesson().startswith("This lesson: the teacher's laptop and 1 student see")

@@ -126,12 +126,13 @@ class Hints:
                 "it; its slot goes to the next student"
             )
 
-    def _who(self, host: str, students: str) -> str:
+    def _who(self, host: str, students: str, n: int | None = None) -> str:
         """'this laptop and the first 2 students': `host` names the teacher's laptop,
-        `students` is a format of the count (its 's' added)."""
+        `students` is a format of the count `n` (the hint's, by default; its 's' added)."""
+        n = self.students if n is None else n
         who = [host] if self.host else []
-        if self.students:
-            who.append(students.format(self.students) + ("s" if self.students != 1 else ""))
+        if n:
+            who.append(students.format(n) + ("s" if n != 1 else ""))
         return " and ".join(who)
 
     def describe(self) -> str:
@@ -147,9 +148,13 @@ class Hints:
         hint: the class's task line says enough)."""
         if not self.active:
             return ""
-        who = self._who("the teacher's laptop", "{} student")
+        with self._lock:  # once the teacher chose, the students holding it now
+            n = len(self.given) if self.chosen else self.students
+        who = self._who("the teacher's laptop", "{} student", n) or "no laptop"
+        one = (1 if self.host else 0) + n == 1
         return (
-            f"This lesson: {who} see a worked example of the answer format; the "
+            f"This lesson: {who} {'sees' if one else 'see'} a worked example of the answer "
+            "format; the "
             "others do not. Only a right answer written inside <answer>...</answer> tags scores, "
             "so watch the share of answers in tags climb on the laptops without the example as "
             "they train on their classmates' rewarded answers."
