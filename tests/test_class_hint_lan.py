@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_class_remove_lan import _rounds
+from test_class_remove_lan import _rounds, teacher_box
 from test_class_student import ROOT, Tmux, _until
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(900)]
@@ -27,20 +27,8 @@ TAKEN = "the teacher took the worked example back"
 
 
 def _say(term: Tmux, line: str) -> None:
-    """The teacher's keys: h, the line typed over the name filled in, Enter (once it shows)."""
-    term.keys("host", "h")
-    assert _until(lambda: "the worked example" in term.screen("host"), 20), term.screen("host")
-    box = lambda: term.screen("host").split("the worked example", 1)[-1][:1500]  # noqa: E731
-    for _ in range(3):  # on a loaded machine a key typed into the box was once not seen
-        time.sleep(1.0)
-        term.keys("host", "C-u")
-        time.sleep(0.5)
-        term.keys("host", "-l", line)
-        if _until(lambda: f"  {line} " in box(), 10):
-            break
-    else:
-        raise AssertionError(term.screen("host"))
-    term.keys("host", "Enter")
+    """h, the line (a name, or `unhint NAME`), Enter."""
+    teacher_box(term, "h", "the worked example", line)
 
 
 def _saved_example(out: Path) -> list[bool]:

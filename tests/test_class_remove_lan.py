@@ -31,21 +31,27 @@ def _connected(lines: list[str], name: str) -> list[bool]:
     return out
 
 
-def _remove(term: Tmux, name: str) -> None:
-    """The teacher's keys: x, the name typed over the one filled in, Enter (once it shows)."""
-    term.keys("host", "x")
-    assert _until(lambda: "remove a member" in term.screen("host"), 20), term.screen("host")
-    box = lambda: term.screen("host").split("remove a member", 1)[-1][:1500]  # noqa: E731
+def teacher_box(term: Tmux, key: str, title: str, line: str) -> None:
+    """The teacher's keys in the class view: `key`, `line` typed over the name filled in,
+    Enter (once the box titled `title` shows what was typed)."""
+    term.keys("host", key)
+    assert _until(lambda: title in term.screen("host"), 20), term.screen("host")
+    box = lambda: term.screen("host").split(title, 1)[-1][:1500]  # noqa: E731
     for _ in range(3):  # on this loaded machine a key typed into the box was once not seen
         time.sleep(1.0)
         term.keys("host", "C-u")
         time.sleep(0.5)
-        term.keys("host", "-l", name)
-        if _until(lambda: f"  {name} " in box(), 10):
+        term.keys("host", "-l", line)
+        if _until(lambda: f"  {line} " in box(), 10):
             break
     else:
         raise AssertionError(term.screen("host"))
     term.keys("host", "Enter")
+
+
+def _remove(term: Tmux, name: str) -> None:
+    """x, the name, Enter."""
+    teacher_box(term, "x", "remove a member", name)
 
 
 def _rounds(lines: list[str]) -> list[int]:
