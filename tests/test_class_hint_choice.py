@@ -165,8 +165,10 @@ def test_without_a_hint_the_teacher_is_told_how_to_start_one(host, tmp_path) -> 
     ada = student(host, tmp_path, "ada")
     try:
         host.board.record_progress(ada.transport.ident.node_id, Progress("loading", name="ada"))
-        with pytest.raises(ValueError, match="start the class with --hint"):
+        with pytest.raises(ValueError, match="start the class with --hint") as told:
             teacher_line(host, "hint ada")
+        suggested = str(told.value).split("--hint ")[-1].split(")")[0]
+        assert Config(hint=suggested).hint == suggested  # the fix works as typed
     finally:
         ada.transport.close()
 

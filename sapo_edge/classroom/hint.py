@@ -38,7 +38,7 @@ from .board_seats import ACTED_GRACE_S
 from .removal import find_member, tell
 
 HOST_HINT = (
-    "that is this laptop: whether it sees the worked example is --hint's (host, host+N) when "
+    "that is this laptop: whether it sees the worked example is --hint's (host, or host,N) when "
     "the class starts"
 )
 
@@ -177,7 +177,7 @@ def teacher_hints(host: Any, who: str, on: bool) -> str:
     if not hints.active:
         raise ValueError(
             "every laptop of this class follows the class's settings for the worked example: "
-            "start the class with --hint (e.g. --hint host+1) to choose who sees it"
+            "start the class with --hint (e.g. --hint host,1) to choose who sees it"
         )
     node_id, name = find_member(board.snapshot().members, who, board.host_id, HOST_HINT)
     if not hints.choose(node_id, on, time.time()):
