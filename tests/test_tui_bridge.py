@@ -221,3 +221,26 @@ def test_an_unexpected_error_is_told_apart_by_its_kind_and_says_where_its_traceb
     assert unexpected(RuntimeError("boom")) and not unexpected(ConfigError("bad"))
     title, remedy = explain(RuntimeError("boom"), traceback_at="/tmp/x.txt")
     assert title == "Unexpected error: RuntimeError" and "traceback is in /tmp/x.txt;" in remedy
+
+
+def test_the_peers_claimed_reward_is_on_the_round_report_for_every_watcher(tmp_path):
+    """Issue 55: the dashboard's bridge drained the trainer's tally of claimed rewards, so a
+    second watcher of the same node saw none; the round's report now carries it."""
+    from sapo_edge.swarm.transport import InProcessHub
+    from sapo_edge.tui.bridge import TuiCallback
+    from sapo_edge.tui.messages import RoundDone
+
+    hub = InProcessHub()
+    peer = make_node(make_cfg(tmp_path / "p"), "p", hub.connect("id-p"), right=2)
+    node = make_node(make_cfg(tmp_path / "n"), "n", hub.connect("id-n"))
+    peer.run_round()
+    report = node.run_round()
+    assert report.claimed_reward is not None and 0 < report.claimed_reward <= 1
+    seen = []
+    for _ in range(2):  # two watchers of one node
+        posted = []
+        cb = TuiCallback(posted.append)
+        cb.node = node
+        cb.on_round(report)
+        seen += [m.swarm_reward for m in posted if isinstance(m, RoundDone)]
+    assert seen == [report.claimed_reward] * 2

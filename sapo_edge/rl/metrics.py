@@ -48,6 +48,8 @@ class RoundReport:
     local_target: int = 0  # I asked for this round (local_used can be fewer: informative only)
     external_target: int = 0  # J asked for this round
     held_back: bool = False  # ...and held back (rl/peers_alone.py): none trained, all kept
+    claimed_reward: float | None = None  # the mean reward producers claimed for the groups
+    # received this round (the swarm's own word: this node re-scores before training on any)
     mix_progress: float | None = None  # adaptive: progress per round credited this round...
     mix_credited: int | None = None  # ...to this J (the J a finished block trained)
     external_targeted: int = 0  # external groups picked for teaching this node (targeted)
@@ -64,8 +66,9 @@ class RoundReport:
     strict_reward: float = 0.0
 
 
-# The fields that differ between two runs of the same rounds (timings and memory): a resumed run
-# equals the uninterrupted one in every other field.
+# The fields that differ between two runs of the same rounds (timings and memory, and the claims
+# of the groups this process saw arrive: a round stopped and resumed lost its first attempt's): a
+# resumed run equals the uninterrupted one in every other field.
 MEASURED = (
     "gen_seconds",
     "train_seconds",
@@ -73,6 +76,7 @@ MEASURED = (
     "round_cpu_seconds",
     "time",
     "peak_rss_mb",
+    "claimed_reward",
 )
 
 

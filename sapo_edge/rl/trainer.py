@@ -257,6 +257,8 @@ class Node:
         )
         report.local_target, report.external_target = n_local, asked
         report.held_back = n_external < asked
+        claimed = self.peer_tally.take_claimed()  # on the report: every watcher sees it
+        report.claimed_reward = sum(claimed) / len(claimed) if claimed else None
         if cfg.mix == "adaptive":
             report.mix, report.mix_progress = "adaptive", self.mix.last_progress
             report.mix_credited = self.mix.last_credited

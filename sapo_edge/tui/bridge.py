@@ -88,12 +88,11 @@ class TuiCallback(RunEvents):
         node = self.node
         self.last_round_seconds = r.round_seconds
         self.received_total += r.received
-        claimed = node.peer_tally.take_claimed() if node is not None else []
         self.post(
             RoundDone(
                 r.round,
                 r.reward_mean,
-                sum(claimed) / len(claimed) if claimed else None,
+                r.claimed_reward,
                 dict(r.reward_by_domain),
                 r.gen_tokens,
                 r.gen_seconds,
@@ -104,8 +103,8 @@ class TuiCallback(RunEvents):
                 r.external_used,
                 r.received,
                 r.pool.get("size", 0),
-                r.external_target if getattr(r, "mix", "fixed") == "adaptive" else None,
-                external_none=getattr(r, "external_target", 1) == 0,
+                r.external_target if r.mix == "adaptive" else None,
+                external_none=r.external_target == 0,
             )
         )
         if node is None:
