@@ -211,7 +211,15 @@ def test_the_save_after_the_last_round_reads_done_not_saving() -> None:
 
     said = []
     member = ClassMember(SimpleNamespace(on_phase=lambda *_a: None), None, progress=said.append)
-    node = SimpleNamespace(round=4, cfg=SimpleNamespace(rounds=8), node_id="n", name="ann")
+    backend = SimpleNamespace(name="scripted", device="cpu")
+    node = SimpleNamespace(
+        round=4,
+        cfg=SimpleNamespace(rounds=8),
+        node_id="n",
+        name="ann",
+        model_id="m",
+        backend=backend,
+    )
     member.on_phase(node, "saving")  # a checkpoint mid-run
     node.round = 8
     member.on_phase(node, "saving")  # the save after the last round

@@ -157,9 +157,15 @@ def test_a_round_that_trains_nothing_says_why_and_what_to_change(tmp_path):
     assert not [m for m in sent if isinstance(m, NothingTrained)]
 
 
-def _report(local_used=0, external_used=0, received=0):
+def _report(local_used=0, external_used=0, received=0, i=4, j=4):
+    """A round's report as the trainer writes it (its own I and J: local_target, external_target)."""
     return SimpleNamespace(
-        local_used=local_used, external_used=external_used, received=received, pool={}
+        local_used=local_used,
+        external_used=external_used,
+        received=received,
+        pool={},
+        local_target=i,
+        external_target=j,
     )
 
 
@@ -180,7 +186,7 @@ def test_nothing_trained_reasons_follow_the_scores_and_settings(tmp_path):
     why, fix = why_nothing_trained(_report(), mixed, cfg)
     assert "scored alike inside itself" in why and "--group-size" in fix
     no_own = dataclasses.replace(cfg, local_samples=0)
-    why, fix = why_nothing_trained(_report(received=3), [untagged], no_own)
+    why, fix = why_nothing_trained(_report(received=3, i=0), [untagged], no_own)
     assert why.startswith("I=0") and "no peer group was usable" in why and "Raise I" in fix
     assert why_nothing_trained(_report(local_used=1), [untagged], cfg) is None
     # issue 57: a run whose earlier rounds earned rewards is not told the questions are too hard

@@ -45,8 +45,8 @@ def round_stats(report: Any, groups: Any, node: Any, role: str = "member") -> Ro
         learned=learned,
         **node_claims(node),
         role=role,
-        tagged=_fraction(getattr(report, "tagged_share", None)),
-        strict=_fraction(getattr(report, "strict_reward", None)),
+        tagged=_fraction(report.tagged_share),
+        strict=_fraction(report.strict_reward),
     )
 
 
@@ -56,12 +56,12 @@ def _fraction(v: Any) -> float | None:
 
 def node_claims(node: Any) -> dict[str, str]:
     """The name, model, backend and device a node announces with its figures and progress."""
-    backend = getattr(node, "backend", None)
+    backend = node.backend
     return dict(
         name=printable(node.name, 40),
-        model=printable(getattr(node, "model_id", ""), 120),
-        backend=printable(getattr(backend, "name", type(backend).__name__), 40),
-        device=printable(getattr(backend, "device", "?"), 40),
+        model=printable(node.model_id, 120),
+        backend=printable(backend.name, 40),
+        device=printable(backend.device, 40),
     )
 
 
@@ -115,9 +115,8 @@ class ClassMember(Forward):
         if self.progress is None and self.local_progress is None:
             return None
         now = time.monotonic()
-        round_ = int(getattr(node, "round", 0))
-        cfg = getattr(node, "cfg", None)
-        if phase == "saving" and round_ >= int(getattr(cfg, "rounds", round_ + 1)):
+        round_, rounds = int(node.round), int(node.cfg.rounds)
+        if phase == "saving" and round_ >= rounds:
             phase = "done"  # the save after the last round: the run is over, not saving on
         last_phase, last_round, last_at = self._said
         recent = now - last_at < self.PROGRESS_LOCAL_S
@@ -128,7 +127,7 @@ class ClassMember(Forward):
             p = Progress(
                 phase,
                 round=round_,
-                rounds=int(getattr(cfg, "rounds", 0)),
+                rounds=rounds,
                 done=max(0, min(done, total)),
                 total=max(0, total),
                 role=self.role,
@@ -170,7 +169,7 @@ class ClassMember(Forward):
     def on_scored(self, node: Any, reward: float) -> None:
         """The round's reward, told to the class at once (its chart and row need not wait for
         the train step): every progress of this round from now on carries it."""
-        self.scored = (int(getattr(node, "round", 0)), min(max(float(reward), 0.0), MAX_REWARD))
+        self.scored = (int(node.round), min(max(float(reward), 0.0), MAX_REWARD))
         self._said = ("", -1, 0.0)  # said now, however recently "scoring" was
         self.say(node, "scoring")
         super().on_scored(node, reward)
@@ -185,7 +184,7 @@ class ClassMember(Forward):
     def on_run_end(self, node: Any, outcome: str) -> None:
         """The run ended: its rounds done, or it stopped (q, an error): the class sees "done"
         or "left" at once, not "saving" going quiet."""
-        done = outcome == "done" and node.round >= int(getattr(node.cfg, "rounds", 0))
+        done = outcome == "done" and node.round >= int(node.cfg.rounds)
         self.say(node, "done" if done else "stopped", last=True)
         super().on_run_end(node, outcome)
 

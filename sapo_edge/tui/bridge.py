@@ -155,18 +155,18 @@ def node_started(node: Any) -> NodeStarted:
     return NodeStarted(
         name=node.name,
         node_id=node.node_id,
-        room=str(getattr(cfg, "room", "") or ""),
+        room=str(cfg.room or ""),
         transport=node.transport.describe(),
-        backend=getattr(b, "name", type(b).__name__),
-        device=str(getattr(b, "device", "?")),
-        dtype=str(getattr(b, "dtype", "?")),
+        backend=b.name,
+        device=str(b.device),
+        dtype=str(b.dtype),
         model=node.model_id,
         lora_parameters=b.trainable_parameters(),
         memory_mb=_memory_mb(node) or 0.0,
         rounds=cfg.rounds,
         local_samples=cfg.local_samples,
         external_samples=cfg.external_samples,
-        history=reward_history(getattr(node, "metrics_path", None), node.round),
+        history=reward_history(node.metrics_path, node.round),
     )
 
 

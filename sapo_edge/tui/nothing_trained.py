@@ -22,9 +22,8 @@ def why_nothing_trained(
     """
     if report.local_used + report.external_used > 0:
         return None
-    # the round's own I and J (mix adaptive chooses them each round), else the settings'
-    i = getattr(report, "local_target", cfg.local_samples)
-    j = getattr(report, "external_target", cfg.external_samples)
+    # the round's own I and J (the trainer's report; the adaptive mix chooses them each round)
+    i, j = report.local_target, report.external_target
     peers = _peers_note(report, j)
     if i == 0:
         return (
