@@ -108,7 +108,7 @@ class ClassView(App[str]):
 
     def __init__(self, host: Any = None, *, start: bool = True) -> None:
         super().__init__()
-        self.host, self.start = host, start
+        self.host, self.start, self.code = host, start, ""  # the join code in force (shown)
         self.control = RunControl()
         self.training = False
         self.quitting = False
@@ -229,7 +229,7 @@ class ClassView(App[str]):
         self.query_one(RichLog).write(Text(clean(m.text, keep_newlines=True)))
 
     def _header(self) -> None:
-        code = getattr(self, "code", "")
+        code = self.code
         members, _, network = self.summary.partition(" · ")
         self.query_one("#class-header", Static).update(
             Text.assemble(
@@ -371,7 +371,7 @@ class ClassView(App[str]):
 
     def stop_from_signal(self, name: str) -> None:
         """SIGTERM / SIGHUP / SIGINT (from a signal handler): end the class like q."""
-        loop = getattr(self, "_loop", None)
+        loop = getattr(self, "_loop", None)  # Textual's, once it runs (a signal may come first)
         if loop is not None:
             loop.call_soon_threadsafe(self.action_quit_class)
 

@@ -117,6 +117,7 @@ class MembersTable(KeyedTable):
     def __init__(self, **kw) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kw)
         self._made: dict[str, tuple[tuple, tuple, list[Any]]] = {}  # id -> (what, when, cells)
+        self._layout: tuple | None = None  # (model, backend, width) the columns were cut for
 
     def on_mount(self) -> None:
         self.border_title = (
@@ -156,7 +157,7 @@ class MembersTable(KeyedTable):
         if not rows:
             blank = [""] * (len(columns) - 2)
             rows = {"": [Text("nobody yet"), Text("students: sapo-edge join CODE"), *blank]}
-        if (with_model, with_backend, width) != getattr(self, "_layout", None):  # cut anew
+        if (with_model, with_backend, width) != self._layout:  # cut anew
             self._layout = (with_model, with_backend, width)
             self._columns = {}
         self.show_rows(columns, rows, self.LEAST)
@@ -193,6 +194,8 @@ def _member_cells(
 class ClassChart(Vertical):
     """Every member's reward per round, the class mean, and the solo baseline when one runs."""
 
+    _drawn: tuple | None = None  # what the chart shows now (drawn again only when it changes)
+
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="class-plot")
 
@@ -225,7 +228,7 @@ class ClassChart(Vertical):
             tuple(snap.swarm_mean) if snap else (),
             tuple(snap.baseline) if snap else (),
         )
-        if drawn == getattr(self, "_drawn", None):
+        if drawn == self._drawn:
             return
         self._drawn = drawn
         plot = self.query_one(PlotextPlot)
