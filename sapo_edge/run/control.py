@@ -123,7 +123,7 @@ def tell(node: Any, log: Callable[[str], None], text: str) -> None:
     """A line for the run's log that the person at the screen should also see now: the node's
     watchers hear it as a notice (the dashboard pops it up; nothing reads the log's words)."""
     log(text)
-    events(getattr(node, "callback", None)).on_notice(node.name, text)
+    events(node.callback).on_notice(node.name, text)
 
 
 def change_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
@@ -147,7 +147,7 @@ def change_settings(node: Any, settings: dict[str, Any], log: Callable[[str], No
                 "settings applied from this round: "
                 + ", ".join(f"{k}={v}" for k, v in known.items()),
             )
-            events(getattr(node, "callback", None)).on_settings(node, dict(known))
+            events(node.callback).on_settings(node, dict(known))
     if other:  # no transport switches its network while running (issue 55: the probe for a
         # reconfigure() that none has read like a feature)
         tell(
@@ -201,7 +201,7 @@ def _tell_callback(node: Any, control: RunControl) -> Callable[[str], None]:
     """The node's callback hears (optionally) when the loop parks in pause and leaves it
     (`on_paused(node, parked)`, beside the UI's own on_park) and how the run ended
     (`on_run_end(node, outcome)`, before the network closes): a class member says so."""
-    callback = events(getattr(node, "callback", None))  # a Node's is one already
+    callback = events(node.callback)  # a Node's is one already
     ui = control.on_park
 
     def parked(now: bool) -> None:
