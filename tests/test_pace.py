@@ -153,7 +153,7 @@ def test_only_a_run_with_every_core_teaches_the_machine_s_pace(tmp_path, monkeyp
     class Node:
         def __init__(self) -> None:
             self.round, self.cfg, self.model_id, self.saved = 0, Config(), "m", None
-            self.name = "n"
+            self.name, self.callback = "n", None  # as trainer.Node: its watchers (none)
             self.backend = SimpleNamespace(learn_pace=lambda *a: taught.append(a[2]))
 
         def run_round(self):
