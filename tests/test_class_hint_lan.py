@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from test_class_remove_lan import _rounds, teacher_box
-from test_class_student import ROOT, Tmux, _until
+from test_class_student import Tmux, _until, lan_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(900)]
 
@@ -48,20 +46,7 @@ def test_the_teacher_gives_a_headless_student_the_example_and_takes_it_back_on_a
 ):
     import chaos_lan
 
-    if why := chaos_lan.can_netns():
-        pytest.skip(why)
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    tmp_path.chmod(0o755)
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "SAPO_EDGE_CPU_DTYPE": "float32",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(ROOT),
-        "TERM": "xterm-256color",
-    }
-    cli = [sys.executable, "-m", "sapo_edge.cli"]
-    fast = ["--model", str(tiny_qwen), "--checkpoint-every", "0"]
+    env, cli, fast = lan_processes(tmp_path, tiny_qwen)
     term = Tmux(f"hint{os.getpid()}")
     lines: list[str] = []
     bob = None

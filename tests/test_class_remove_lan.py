@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from test_class_student import ROOT, Tmux, _until
+from test_class_student import Tmux, _until, lan_processes
 
 from sapo_edge.classroom.join_status import REMOVED_TITLE
 
@@ -64,20 +62,7 @@ def _rounds(lines: list[str]) -> list[int]:
 def test_the_teacher_removes_a_headless_and_a_dashboard_student_on_a_lan(tiny_qwen, tmp_path):
     import chaos_lan
 
-    if why := chaos_lan.can_netns():
-        pytest.skip(why)
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    tmp_path.chmod(0o755)
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "SAPO_EDGE_CPU_DTYPE": "float32",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(ROOT),
-        "TERM": "xterm-256color",
-    }
-    cli = [sys.executable, "-m", "sapo_edge.cli"]
-    fast = ["--model", str(tiny_qwen), "--checkpoint-every", "0"]
+    env, cli, fast = lan_processes(tmp_path, tiny_qwen)
     students = [*fast, "--rounds", "100000"]
     term = Tmux(f"rm{os.getpid()}")
     plain: dict[str, subprocess.Popen] = {}

@@ -229,6 +229,28 @@ def test_the_alone_command_of_an_ended_class_continues_the_students_run(
 sys.path.insert(0, str(ROOT / "bench"))
 
 
+def lan_processes(tmp_path: Path, tiny_qwen) -> tuple[dict[str, str], list[str], list[str]]:
+    """For a test of real processes on a LAN of namespaces (skipped where it cannot run: no
+    root for namespaces, no tmux): their environment, the command that runs sapo-edge, and the
+    flags of a quick run on the tiny model."""
+    import chaos_lan
+
+    if why := chaos_lan.can_netns():
+        pytest.skip(why)
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    tmp_path.chmod(0o755)
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "SAPO_EDGE_CPU_DTYPE": "float32",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "TERM": "xterm-256color",
+    }
+    cli = [sys.executable, "-m", "sapo_edge.cli"]
+    return env, cli, ["--model", str(tiny_qwen), "--checkpoint-every", "0"]
+
+
 class Tmux:
     """A tmux server of the test's own (its own socket, this process's environment)."""
 
@@ -311,20 +333,7 @@ def test_a_host_stopped_with_q_tells_a_student_in_the_dashboard_within_seconds(
     receiving the other student's groups (the two students stay linked over the LAN)."""
     import chaos_lan
 
-    if why := chaos_lan.can_netns():
-        pytest.skip(why)
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    tmp_path.chmod(0o755)
-    env = {
-        "HF_HUB_OFFLINE": "1",
-        "SAPO_EDGE_CPU_DTYPE": "float32",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(ROOT),
-        "TERM": "xterm-256color",
-    }
-    cli = [sys.executable, "-m", "sapo_edge.cli"]
-    fast = ["--model", str(tiny_qwen), "--checkpoint-every", "0"]
+    env, cli, fast = lan_processes(tmp_path, tiny_qwen)
     # the students train until the test ends them: the preset's 100 rounds of the tiny model can
     # be over before the teacher's q, and the rounds after it are what the test reads
     students = [*fast, "--rounds", "100000"]
