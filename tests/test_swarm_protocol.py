@@ -381,7 +381,7 @@ def test_message_level_refusals_say_what_to_do():
     for t in ({"type": "gossip"}, {"type": 5}, {"x": 1}):
         assert parse_error(t) == (
             "unknown_type",
-            "message type must be one of hello, auth, rollouts, stats, bye.",
+            "message type must be one of hello, auth, rollouts, stats, bye, rekey.",
         )
     assert parse_error(hello_dict(version=PROTOCOL_VERSION + 1)) == (
         "unknown_version",

@@ -338,6 +338,7 @@ def join_class(
         backend=f"{kind}/{device}" if kind else "",  # peers see it before the model loads
     )
     transport.via_words = {"manual": "the host's address"}  # its one dialed address
+    transport.heed_room_key(invite.host_id, grant.rekey)  # a removal replaced the room's key
     role = "baseline" if baseline else "member"
     machine = (kind, device) if kind else None  # chosen before admission: not chosen again
     # estimated above from the model's shape against this laptop's memory; a model estimated

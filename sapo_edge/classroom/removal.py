@@ -7,12 +7,15 @@ and in its pool and trains on none of their groups (`Removals.apply`, at its nod
 the host's admissions refuse that identity until the teacher lets it back. The removed laptop is
 told (classroom/join.py) and may train alone.
 
-What it does not do: replace the room's key. A laptop that keeps running a modified client knows
-the key, and under a fresh identity it can still link to classmates; see docs/security.md.
+A removal also replaces the room's secret keys (swarm/room_secret.py): the removed laptop held
+them, and under a fresh identity a modified client could still link to classmates and send them
+groups. The others take the new secret over their own links to the host; a later welcome carries
+it (Grant.rekey). The code on the screen still admits a fresh identity: n shows a new one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -139,13 +142,22 @@ def teacher_says(host: Any, who: str, removed: bool = True) -> str:
         return f"{name} is {'already out of' if removed else 'in'} the class"
     word = "removed" if removed else "readmitted"
     board.teacher_said(node_id, word)
-    tell(host, node_id, word)
+    tell(host, node_id, word)  # sealed under the keys it holds: it hears it
     if removed:
+        secret = transport.replace_room_key(lambda key: holds_room_key(host, key))
+        host.admissions.grant = dataclasses.replace(host.admissions.grant, rekey=secret)
         return (
             f"removed {name} from the class: no classmate links to it or trains on its groups "
-            f"from now on, and its laptop is told (readmit {name} lets it back)"
+            f"from now on, the room's key is replaced, and its laptop is told (readmit {name} "
+            "lets it back; n shows a new code)"
         )
     return f"{name} may join the class again (the code on the screen admits it)"
+
+
+def holds_room_key(host: Any, node_id: str) -> bool:
+    """Whether the host gives `node_id` the room's new secret: a member it admitted (its seat
+    held) and did not remove. Called on the network's thread (a dict lookup each)."""
+    return node_id in host.board.seats.admitted and node_id not in host.removals
 
 
 def tell(host: Any, node_id: str, phase: str) -> None:

@@ -70,7 +70,8 @@ _SPECS = {
     "confirm": {"type": ("str", 16), "mac": ("hex", 64), "who": ("str", 2 * WHO_BYTES)},
     "welcome": {"type": ("str", 16), "box": ("str", MAX_WELCOME_BYTES - 64)},
 }
-_GRANT = {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400)}
+_GRANT = {"room": ("str", 64), "secret": ("str", 400), "relay": ("str", 400), "rekey": ("str", 64)}
+HEX_DIGITS = "0123456789abcdef"
 # who the joiner is (its public key, name and its signature of both bound to this exchange),
 # boxed under the SPAKE2 key in its confirm, so the# class view has its row from admission on; "" when it says nothing
 _WHO = {"key": ("hex", 64), "name": ("str", 40), "sig": ("hex", 128)}
@@ -232,9 +233,8 @@ async def admit(ws, admissions: Admissions, ip: str = "") -> None:
         extra = grant.extra
         if admissions.extra_for is not None:
             extra = admissions.extra_for(who[0] if who else None)
-        plain = dumps_canonical(
-            {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": extra}
-        )
+        said = {"room": grant.room, "secret": grant.secret, "relay": grant.relay, "extra": extra}
+        plain = dumps_canonical({**said, **({"rekey": grant.rekey} if grant.rekey else {})})
         nonce = os.urandom(12)
         box = nonce + ChaCha20Poly1305(_box_key(key)).encrypt(nonce, plain.encode(), b"welcome")
         await ws.send_bytes(_msg("welcome", box=box.hex()))
@@ -314,8 +314,13 @@ async def _join_once(address: str, code: str, who: tuple[Identity, str] | None =
             d = load(plain, MAX_WELCOME_BYTES)
             if isinstance(d, dict):
                 d.setdefault("extra", "")  # a member of an earlier version sends none
+                d.setdefault("rekey", "")  # ...and a host that replaced no key
             d = check_fields(d, {**_GRANT, "extra": ("str", MAX_EXTRA_CHARS)}, "welcome")
-            return Grant(d["room"], d["secret"], d["relay"], d["extra"])
+            if d["rekey"] and (len(d["rekey"]) != 64 or not set(d["rekey"]) <= set(HEX_DIGITS)):
+                raise ProtocolError(
+                    "bad_value", "welcome.rekey must be 64 lowercase hex characters."
+                )
+            return Grant(d["room"], d["secret"], d["relay"], d["extra"], d["rekey"])
         except ProtocolError as e:
             raise AdmissionError(known_reason(e.reason), str(e)) from None
         finally:

@@ -38,6 +38,7 @@ class Grant:
     secret: str
     relay: str = ""
     extra: str = ""
+    rekey: str = ""  # 64 hex: the secret a class's host replaced the room's keys with (keyring.py)
 
     def __post_init__(self) -> None:
         if len(self.extra) > MAX_EXTRA_CHARS:

@@ -4,6 +4,10 @@ the room's link key, salted by the transcript; each side signs (Ed25519) the tra
 role, inside the first encrypted frame. After it every frame is ChaCha20-Poly1305 with a
 per-direction counter.
 
+A listener may accept more than one link key (`older`: keys a class's host replaced, still
+accepted for a while; keyring.py): it tries each on the dialer's first encrypted frame, which
+only a holder of that key can have made.
+
 Ordering: the dialer (initiator) proves first; the listener answers with its own proof only
 after checking the dialer's, so whoever merely connects to a node learns nothing that depends
 on the room key. Nothing is reflected or relayed: a signature covers both ephemeral keys and the
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
@@ -128,23 +133,26 @@ async def handshake(
     role: str = "node",
     expect_role: str | None = None,
     info: LocalInfo = LocalInfo(),
+    older: Callable[[str], tuple[bytes, ...]] | None = None,
 ) -> Session:
     """Run the handshake on an open websocket; the whole of it within `timeout` seconds.
 
     room: the room's lan id (node to node) or relay route; a relay answering a node passes the
     node's own (room="" means: take the initiator's). psk: the room's link key between nodes,
-    b"" on links to and from a relay (which knows no room key). Raises HandshakeError(reason)
-    after telling the peer why with a bye (in the clear: nothing secret is in it).
+    b"" on links to and from a relay (which knows no room key). older: for a listener, the
+    other link keys it accepts from the dialer whose node id it is given (keyring.py). Raises
+    HandshakeError(reason) after telling the peer why with a bye (in the clear: nothing secret
+    is in it).
     """
     try:
         async with asyncio.timeout(timeout):
-            return await _handshake(ws, ident, room, psk, initiator, role, expect_role, info)
+            return await _handshake(ws, ident, room, psk, initiator, role, expect_role, info, older)
     except TimeoutError:
         await _fail(ws, "timeout", "the handshake took too long.", send=False)
         raise AssertionError("unreachable") from None
 
 
-async def _handshake(ws, ident, room, psk, initiator, role, expect_role, info) -> Session:
+async def _handshake(ws, ident, room, psk, initiator, role, expect_role, info, older) -> Session:
     eph = X25519PrivateKey.generate()
     eph_pub = eph.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     if initiator:
@@ -173,15 +181,18 @@ async def _handshake(ws, ident, room, psk, initiator, role, expect_role, info) -
     except ValueError:
         await _fail(ws, "bad_value", "the peer's ephemeral key is not usable.")
     t = transcript_hash(*((mine, theirs) if initiator else (theirs, mine)))
-    k_i2r, k_r2i = session_keys(dh, psk, t)
-    channel = Channel(ws, *((k_i2r, k_r2i) if initiator else (k_r2i, k_i2r)))
+    psks = (psk,) if initiator or older is None or not psk else (psk, *older(hello.node_id))
+    channels = []
+    for key in psks:
+        k_i2r, k_r2i = session_keys(dh, key, t)
+        channels.append(Channel(ws, *((k_i2r, k_r2i) if initiator else (k_r2i, k_i2r))))
     my_role, their_role = ("initiator", "responder") if initiator else ("responder", "initiator")
     auth_msg = make_auth(ident, my_role, t, name=info.name, model=info.model, backend=info.backend)
     if initiator:
-        await channel.send(KIND_MESSAGE, auth_msg)
-        auth = await _read_auth(ws, channel, hello, their_role, t, psk)
+        await channels[0].send(KIND_MESSAGE, auth_msg)
+        auth, channel = await _read_auth(ws, channels, hello, their_role, t, psk)
     else:  # the listener proves nothing before the dialer has
-        auth = await _read_auth(ws, channel, hello, their_role, t, psk)
+        auth, channel = await _read_auth(ws, channels, hello, their_role, t, psk)
         await channel.send(KIND_MESSAGE, auth_msg)
     return Session(hello, auth, channel, initiator)
 
@@ -209,11 +220,20 @@ async def _read_hello(ws: WS) -> tuple[bytes, Hello]:
     return data, msg
 
 
-async def _read_auth(ws, channel: Channel, hello: Hello, role: str, t: bytes, psk: bytes) -> Auth:
+async def _read_auth(
+    ws, channels: list[Channel], hello: Hello, role: str, t: bytes, psk: bytes
+) -> tuple[Auth, Channel]:
+    """The peer's auth and the channel (of one per link key accepted) its frame opened with."""
     data = await _read(ws)
-    try:
-        kind, plain = channel.open(data)
-    except LinkBroken:
+    opened = None
+    for channel in channels:
+        try:
+            kind, plain = channel.open(data)
+        except LinkBroken:
+            continue
+        opened = channel
+        break
+    if opened is None:
         try:  # the peer may have refused us in the clear
             told = parse_message(data, MAX_HANDSHAKE_BYTES)
         except ProtocolError:
@@ -231,7 +251,7 @@ async def _read_auth(ws, channel: Channel, hello: Hello, role: str, t: bytes, ps
         await _fail(ws, "unexpected_message", "expected an auth.")
     if not verify(hello.public_key, msg.signature, auth_data(role, t)):
         await _fail(ws, "bad_signature", "the peer's signature over this session does not verify.")
-    return msg
+    return msg, opened
 
 
 async def _fail(ws: WS, reason: str, message: str, send: bool = True):

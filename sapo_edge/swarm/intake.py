@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from ..data.textsafe import clean
-from .batches import BatchRejected, RolloutVerifier, VerifiedBatch, unseal
+from .batches import BatchRejected, RolloutVerifier, VerifiedBatch, unseal_any
 from .inbox import FairInbox
 from .peerbook import PeerBook
 from .protocol import ProtocolError, Stats
@@ -35,8 +35,11 @@ class Intake:
         inbox_bytes: int = 64 << 20,
         max_batches_per_minute: int = 60,
         notify: Callable[[], None] = lambda: None,
+        accepted: Callable[[], tuple[RoomKeys, ...]] | None = None,
     ) -> None:
         self.self_id, self.book, self.notify = self_id, book, notify
+        # the keys a box may open with (the network's KeyRing.accepted; by default `keys`)
+        self.accepted = accepted or (lambda: (keys,))
         self.counters = book.counters
         self.max_batches_per_minute = max_batches_per_minute
         self.verifier = RolloutVerifier(keys, window_s=window_s, stale_rounds=stale_rounds)
@@ -58,10 +61,15 @@ class Intake:
         """accept(), returning the VerifiedBatch when one was delivered (for the harness's
         counts), True when the route must be dropped, else None."""
         try:
-            envelope = unseal(self.verifier.keys, data)
+            envelope = self.unseal(data)
         except ProtocolError as e:  # made without the room key, or altered: the route sent it
             return self._reject(route, e.reason) or None
         return self.accept_unsealed(route, via, envelope, stats_only=stats_only)
+
+    def unseal(self, data: bytes) -> bytes:
+        """The signed envelope in a sealed box, opened with the room's keys (the newest, then
+        replaced ones still accepted); ProtocolError when it does not open."""
+        return unseal_any(self.accepted(), data)
 
     def accept_unsealed(
         self, route: str, via: str, envelope: bytes, *, stats_only: bool = False

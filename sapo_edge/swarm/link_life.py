@@ -19,7 +19,7 @@ from .handshake import KIND_MESSAGE, KIND_SEALED, LinkBroken, Session
 from .netcore import NetCore
 from .peer import Closed, Outbox, read_raw
 from .peerbook import PeerStats
-from .protocol import Bye, ProtocolError, make_bye, parse_message
+from .protocol import Bye, ProtocolError, Rekey, make_bye, parse_message
 from .routes import is_relay
 
 # how long a peer's queue waits for a new link after one ends (a replaced or dropped link):
@@ -67,9 +67,14 @@ class LinkTable:
         queue_limit: int,
         on_sealed: Callable[[Link, bytes], bool],
         spawn: Callable[[Any], asyncio.Task],
+        first_words: Callable[[str], bytes | None] = lambda _key: None,
+        on_rekey: Callable[[str, Rekey], bool] = lambda _key, _msg: False,
     ) -> None:
         self.core, self.handshake_timeout, self.queue_limit = core, handshake_timeout, queue_limit
         self.on_sealed, self.spawn = on_sealed, spawn
+        # a class's room secret (room_secret.py): what goes first on a new link with a key, and
+        # a peer's new secret (False: not heeded, the peer is charged)
+        self.first_words, self.on_rekey = first_words, on_rekey
         # how the log names a link's path ("connected via ..."); a class's student names a
         # dialed address the host's (classroom/join.py)
         self.via_words: dict[str, str] = {"manual": "its address (--peer)"}
@@ -188,6 +193,8 @@ class LinkTable:
             st.connected, st.last_seen = True, time.time()
         if old is not None:
             await outbox.detach()  # no frame of ours is on its way on the old link now
+        if (words := self.first_words(key)) is not None:
+            outbox.put_first(KIND_MESSAGE, words)  # before what was queued under newer keys
         outbox.attach(session.channel.send, lambda: ws.closed, link)
         if (ev := self.link_up.pop(key, None)) is not None:
             ev.set()
@@ -292,6 +299,8 @@ class LinkTable:
                     await link.outbox.detach()
                 await self._retire(link)
             return True
+        if isinstance(msg, Rekey) and self.on_rekey(link.key, msg):
+            return False
         return await self._refuse(link, "unexpected_message")
 
     async def _refuse(self, link: Link, reason: str) -> bool:

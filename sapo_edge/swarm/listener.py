@@ -122,6 +122,7 @@ class Listener:
                 timeout=self.handshake_timeout,
                 expect_role="node",
                 info=core.info(),
+                older=core.ring.older_psks,  # keys a host replaced, for a while (keyring.py)
             )
         except HandshakeError as e:
             core.trace("handshake_failed", came_from=addr, reason=e.reason)

@@ -38,16 +38,17 @@ class JunkGate:
 
     def __init__(
         self,
-        keys: RoomKeys,
+        keys: RoomKeys | Callable[[], RoomKeys],
         junk_bytes_per_s: int,
         *,
         window_s: float = 300.0,
         max_nonces: int = 65536,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.key = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=b"sapo-edge/2 nats tag"
-        ).derive(keys.batch_key)
+        # the room's keys in force (a callable: a host may replace them, keyring.py; a tag made
+        # under the replaced key is then untagged, within the junk cap, until its sender hears)
+        self.keys = keys if callable(keys) else lambda: keys
+        self._derived = (b"", b"")  # (batch key, tag key derived from it)
         self.junk_bytes_per_s, self.window_s, self.max_nonces = (
             junk_bytes_per_s,
             window_s,
@@ -56,6 +57,16 @@ class JunkGate:
         self.clock = clock
         self.junk_bytes, self.junk_window = 0, -1e9
         self.nonces: OrderedDict[bytes, bool] = OrderedDict()  # nonce -> opened (else failed)
+
+    @property
+    def key(self) -> bytes:
+        batch_key = self.keys().batch_key
+        if self._derived[0] != batch_key:
+            tag_key = HKDF(
+                algorithm=hashes.SHA256(), length=32, salt=None, info=b"sapo-edge/2 nats tag"
+            ).derive(batch_key)
+            self._derived = (batch_key, tag_key)
+        return self._derived[1]
 
     def _mac(self, subject: str, sealed: bytes, at: int) -> str:
         data = b"%s\0%d\0%d\0" % (subject.encode(), len(sealed), at) + sealed[:_NONCE]

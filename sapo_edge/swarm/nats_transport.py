@@ -20,7 +20,7 @@ import ssl
 import time
 from collections.abc import Callable
 
-from .batches import MAX_SEALED_BYTES, unseal
+from .batches import MAX_SEALED_BYTES
 from .intake import Intake
 from .nats_class import ClassSubjects
 from .nats_gate import SEEN, SHED, TAG_OVERHEAD, TRY, JunkGate
@@ -87,7 +87,7 @@ class NatsRoute(ClassSubjects):
         self.tick_s, self.reconnect_wait = tick_s, reconnect_wait
         self.ping_interval, self.connect_timeout = ping_interval, connect_timeout
         self.pending_bytes = pending_bytes
-        self.gate = JunkGate(intake.verifier.keys, junk_bytes_per_s)
+        self.gate = JunkGate(lambda: intake.accepted()[0], junk_bytes_per_s)
         self.rng = rng or random.Random(os.urandom(16))
         self.nc = nc  # given: a connection shared by many simulated nodes (bench/scale.py)
         self.shared = nc is not None
@@ -270,7 +270,7 @@ class NatsRoute(ClassSubjects):
         try:
             if len(data) > max_bytes:
                 raise ProtocolError("too_large", f"{len(data)} bytes, over {max_bytes}.")
-            envelope = unseal(self.intake.verifier.keys, data)
+            envelope = self.intake.unseal(data)
         except ProtocolError as e:
             self.gate.failed(data, verdict)
             with self.lock:

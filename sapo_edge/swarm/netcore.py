@@ -1,5 +1,6 @@
 """What every part of a node's network shares (network.py puts the parts together): who it is
-(identity, room keys, and the name, model and backend it tells peers in the handshake), one lock
+(identity, room keys as they change: keyring.py, and the name, model and backend it tells peers
+in the handshake), one lock
 and its condition (notified on any change, so `wait_for` re-checks), the counters, the peer book
 (charging and muting), the log, and the debug trace (`SAPO_EDGE_NET_DEBUG=1`).
 
@@ -19,6 +20,7 @@ from typing import Any
 from ..data.textsafe import clean
 from .handshake import HandshakeError, LocalInfo
 from .identity import Identity
+from .keyring import KeyRing
 from .peerbook import PeerBook
 from .roomkey import RoomKeys
 
@@ -49,7 +51,8 @@ class NetCore:
         mute_base: float,
         max_tracked: int,
     ) -> None:
-        self.ident, self.keys, self.name = identity, keys, name
+        self.ident, self.name = identity, name
+        self.ring = KeyRing(keys)
         self.model, self.backend = model, backend
         self.log = log
         self.lock = threading.RLock()
@@ -65,6 +68,11 @@ class NetCore:
             log=lambda text: self.log(text),
             own_name=name,
         )
+
+    @property
+    def keys(self) -> RoomKeys:
+        """The room's keys in force (a host replaces their secret parts on a removal)."""
+        return self.ring.current
 
     def notify(self) -> None:
         with self.changed:

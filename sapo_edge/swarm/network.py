@@ -38,6 +38,7 @@ from .netcore import NetCore
 from .peers import PeerInfo
 from .protocol import MAX_MESSAGE_BYTES
 from .publish_pace import PublishPace
+from .room_secret import RoomSecret
 from .roomkey import RoomKeys, describe_room, room_keys
 from .stats_channel import StatsChannel
 
@@ -101,12 +102,15 @@ class NetworkTransport:
         self.manual, self.relay_url, self.mdns = list(peers), relay, mdns  # read at start()
         self.room = keys.lan_id
         self.admissions = admissions
+        self.secret = RoomSecret(self)  # a class's host replaces the room's key (room_secret.py)
         self.table = LinkTable(
             core,
             handshake_timeout=handshake_timeout,
             queue_limit=queue_limit,
             on_sealed=self._on_sealed,
             spawn=self._spawn,
+            first_words=self.secret.first_words,
+            on_rekey=self.secret.heard,
         )
         self.dialer = Dialer(
             core,
@@ -139,6 +143,7 @@ class NetworkTransport:
             inbox_bytes=inbox_bytes,
             max_batches_per_minute=max_batches_per_minute,
             notify=core.notify,
+            accepted=core.ring.accepted,
         )
         self.verifier, self.inbox = self.intake.verifier, self.intake.inbox
         self.pace = PublishPace(core, max_batches_per_minute)
@@ -330,6 +335,15 @@ class NetworkTransport:
 
     def readmit_member(self, node_id: str) -> None:
         removed.readmit(self, node_id)
+
+    def replace_room_key(self, holders: Callable[[str], bool]) -> str:
+        """The class's host: new secret keys for the room, given to the members `holders`
+        names over their own links (room_secret.py); the secret as hex, for later welcomes."""
+        return self.secret.replace(holders)
+
+    def heed_room_key(self, host_id: str, secret_hex: str = "") -> None:
+        """A class's member: its host's new secrets, and its welcome's (room_secret.py)."""
+        self.secret.heed(host_id, secret_hex)
 
     def connected(self) -> list[str]:
         """Keys of the live links: peer node ids and 'relay:URL'."""

@@ -82,6 +82,12 @@ class Outbox:
             self.dropped += 1
         self._ready.set()
 
+    def put_first(self, kind: int, data: bytes) -> None:
+        """Queue a frame ahead of what waits (a link's first words: room_secret.py)."""
+        self.queue.appendleft((kind, data))
+        self.bytes += len(data)
+        self._ready.set()
+
     def attach(self, send: Any, closed: Any, owner: Any = None) -> None:
         """Send on another link from now on (what is queued goes first)."""
         self._send, self._closed, self.owner = send, closed, owner

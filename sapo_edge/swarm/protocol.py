@@ -1,7 +1,8 @@
 """The wire protocol's messages as strict JSON: hello (plain, the only thing a stranger sees),
 auth (inside the encrypted link), bye (a reason from a fixed set), rollouts (a signed batch,
 carried inside a sealed box: see batches.py), stats (a member's signed per-round figures for the
-class view, sealed the same way: see stats.py).
+class view, sealed the same way: see stats.py), rekey (a class's host's new room secret, inside
+one member's encrypted link: keyring.py).
 
 Every message is parsed by `parse_message`, which only ever raises ProtocolError(reason) for bad
 input. The handshake that uses hello and auth is in handshake.py.
@@ -104,7 +105,15 @@ class Bye:
     message: str
 
 
-Message = Hello | Auth | Rollouts | Stats | Bye
+@dataclass(frozen=True)
+class Rekey:
+    """A class's host's new room secret (RoomKeys.replaced), sent only inside an encrypted link
+    to a member it admitted; heeded from the host alone (room_secret.py)."""
+
+    secret: bytes
+
+
+Message = Hello | Auth | Rollouts | Stats | Bye | Rekey
 
 _SPECS: dict[str, dict[str, tuple[str, int]]] = {
     # field -> (kind, cap); kinds: str, hex (exact length = cap), int, list
@@ -141,6 +150,7 @@ _SPECS: dict[str, dict[str, tuple[str, int]]] = {
         "signature": ("hex", 128),
     },
     "bye": {"type": ("str", 16), "reason": ("str", 40), "message": ("str", 500)},
+    "rekey": {"type": ("str", 16), "secret": ("hex", 64)},
 }
 _HEX = set("0123456789abcdef")
 
@@ -240,6 +250,8 @@ def parse_message(data: bytes | str, max_bytes: int = MAX_MESSAGE_BYTES) -> Mess
         return (Rollouts if kind == "rollouts" else Stats)(
             d["sender"], bytes.fromhex(d["public_key"]), d["body"], bytes.fromhex(d["signature"])
         )
+    if kind == "rekey":
+        return Rekey(bytes.fromhex(d["secret"]))
     return Bye(known_reason(d["reason"]), d["message"])
 
 
@@ -290,6 +302,10 @@ def make_auth(
             "capabilities": list(capabilities),
         }
     )
+
+
+def make_rekey(secret: bytes) -> bytes:
+    return dump_message({"type": "rekey", "secret": secret.hex()})
 
 
 def make_bye(reason: str, message: str) -> bytes:

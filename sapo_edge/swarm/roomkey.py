@@ -5,6 +5,7 @@ HKDF, so nothing sent on the wire or advertised on the LAN reveals the room's na
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -14,6 +15,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY_BYTES = 16  # 128 random bits: out of reach of any offline search
+REPLACED_BYTES = 32  # a host's replacing secret (RoomKeys.replaced), never typed
 CODE_PREFIX = "sapo1"
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 _ALIASES = str.maketrans({"i": "1", "l": "1", "o": "0", "u": "v"})
@@ -40,6 +42,18 @@ class RoomKeys:
     @property
     def is_open(self) -> bool:
         return self.kind == "open"
+
+    def replaced(self, secret: bytes) -> RoomKeys:
+        """These keys with the secret parts (link psk, batch key) derived from `secret` instead:
+        the ids (the mDNS adverts' lan id, the relay route and the NATS subjects from it) stay,
+        so a class's host can replace what a removed member holds (swarm/keyring.py)."""
+        if len(secret) != REPLACED_BYTES:
+            raise ValueError(f"a replacing secret is {REPLACED_BYTES} bytes")
+        return dataclasses.replace(
+            self,
+            link_psk=_hkdf(secret, "replaced link psk"),
+            batch_key=_hkdf(secret, "replaced batch key"),
+        )
 
 
 def new_room_key() -> str:
