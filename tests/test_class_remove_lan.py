@@ -52,6 +52,12 @@ def _remove(term: Tmux, name: str) -> None:
     teacher_box(term, "x", "remove a member", name)
 
 
+def _row(screen: str, name: str) -> str:
+    """The members table's line of `name` on the class view ("" when none)."""
+    members = screen.split("members:", 1)[-1].split("reward per round", 1)[0]
+    return next((ln for ln in members.splitlines() if f" {name} " in f" {ln} "), "")
+
+
 def _rounds(lines: list[str]) -> list[int]:
     """The groups received in each round a headless run printed ('round 3 | ... | recv 8 |')."""
     return [
@@ -137,6 +143,12 @@ def test_the_teacher_removes_a_headless_and_a_dashboard_student_on_a_lan(tiny_qw
             cut = next(i for i, ln in enumerate(lines["cy"]) if REMOVED_TITLE in ln)
             after = _rounds(lines["cy"][cut:])
             assert len(after) >= 3 and all(r == 0 for r in after[1:]), lines["cy"][cut:]
+            # bob, still in, took the room's new key from the host each time, and the host still
+            # opens what bob says under it: bob's row on the teacher's view keeps moving
+            rekeyed = [i for i, ln in enumerate(lines["bob"]) if "replaced the room's key" in ln]
+            assert len(rekeyed) == 2, lines["bob"][-30:]
+            row = _row(term.screen("host"), "bob")
+            assert _until(lambda: _row(term.screen("host"), "bob") not in ("", row), 30), row
             screen = term.screen("host")
             members = screen.split("members:", 1)[-1].split("reward per round", 1)[0]
             assert "bob" in members and " cy " not in members and "ada" not in members, screen
