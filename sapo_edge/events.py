@@ -9,7 +9,7 @@ the hooks it has (a callback written against the old duck-typed protocol, e.g. i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 HOOKS = (
     "on_round",
@@ -24,6 +24,15 @@ HOOKS = (
 )
 
 
+class NodeView(Protocol):
+    """The node a hook names (rl/trainer.py's Node, which this floor cannot import): what every
+    watcher may read of it. A watcher above rl/ names Node itself for the rest."""
+
+    name: str
+    node_id: str
+    round: int  # the round under way (0-based; the run's next one between rounds)
+
+
 class RunEvents:
     def on_round(self, report: Any) -> None:
         """A round finished: its RoundReport."""
@@ -36,23 +45,23 @@ class RunEvents:
         were refused, an open room, a class's note). It is in the run's log already; a watcher
         with a screen may also pop it up (the dashboard's toast), so none reads log words."""
 
-    def on_phase(self, node: Any, phase: str) -> None:
+    def on_phase(self, node: NodeView, phase: str) -> None:
         """A new phase of the node's round starts (trainer.PHASES)."""
 
-    def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
+    def on_progress(self, node: NodeView, phase: str, done: int, total: int, tokens: int) -> None:
         """Inside generating (decode steps of max_new_tokens, tokens so far) and training
         (micro-batches)."""
 
-    def on_scored(self, node: Any, reward: float) -> None:
+    def on_scored(self, node: NodeView, reward: float) -> None:
         """The round's own answers are scored (their mean reward), before the train step."""
 
-    def on_settings(self, node: Any, applied: dict[str, Any]) -> None:
+    def on_settings(self, node: NodeView, applied: dict[str, Any]) -> None:
         """Settings changed during the run took effect from this round (name -> value)."""
 
-    def on_paused(self, node: Any, parked: bool) -> None:
+    def on_paused(self, node: NodeView, parked: bool) -> None:
         """The run loop waits in pause (True) or goes on (False)."""
 
-    def on_run_end(self, node: Any, outcome: str) -> None:
+    def on_run_end(self, node: NodeView, outcome: str) -> None:
         """The run ended ("done", "stopped", "failed"), before the network closes."""
 
 
@@ -71,22 +80,22 @@ class Forward(RunEvents):
     def on_notice(self, node: str, text: str) -> None:
         self.inner.on_notice(node, text)
 
-    def on_phase(self, node: Any, phase: str) -> None:
+    def on_phase(self, node: NodeView, phase: str) -> None:
         self.inner.on_phase(node, phase)
 
-    def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
+    def on_progress(self, node: NodeView, phase: str, done: int, total: int, tokens: int) -> None:
         self.inner.on_progress(node, phase, done, total, tokens)
 
-    def on_scored(self, node: Any, reward: float) -> None:
+    def on_scored(self, node: NodeView, reward: float) -> None:
         self.inner.on_scored(node, reward)
 
-    def on_settings(self, node: Any, applied: dict[str, Any]) -> None:
+    def on_settings(self, node: NodeView, applied: dict[str, Any]) -> None:
         self.inner.on_settings(node, applied)
 
-    def on_paused(self, node: Any, parked: bool) -> None:
+    def on_paused(self, node: NodeView, parked: bool) -> None:
         self.inner.on_paused(node, parked)
 
-    def on_run_end(self, node: Any, outcome: str) -> None:
+    def on_run_end(self, node: NodeView, outcome: str) -> None:
         self.inner.on_run_end(node, outcome)
 
 

@@ -30,12 +30,15 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.checks import hint_plan
 from ..config.settings import Config
 from .board_seats import ACTED_GRACE_S
 from .removal import find_member, tell
+
+if TYPE_CHECKING:
+    from ..rl.trainer import Node
 
 HOST_HINT = (
     "that is this laptop: whether it sees the worked example is --hint's (host, or host,N) when "
@@ -216,7 +219,7 @@ class HintWord:
             changed, self.on, self.at = self.on != on, on, at
             return changed
 
-    def apply(self, node: Any) -> None:
+    def apply(self, node: Node) -> None:
         with self._lock:
             on = self.on
         if on is None or node.cfg.format_example == on:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.textsafe import clean
 from ..events import Forward
@@ -17,12 +17,15 @@ from ..swarm.peerbook import is_node_id
 from ..swarm.progress import Progress
 from ..swarm.stats import MAX_PRODUCERS, MAX_REWARD, ROUNDS_PER_MESSAGE, RoundStats
 
+if TYPE_CHECKING:
+    from ..rl.trainer import Node
+
 
 def printable(text: Any, limit: int) -> str:
     return "".join(c for c in clean(text) if c.isprintable())[:limit]
 
 
-def round_stats(report: Any, groups: Any, node: Any, role: str = "member") -> RoundStats:
+def round_stats(report: Any, groups: Any, node: Node, role: str = "member") -> RoundStats:
     """One round's figures from the trainer's report and the groups behind it.
 
     learned: per producer, the groups of theirs this node trained on, and of those the ones its
@@ -54,7 +57,7 @@ def _fraction(v: Any) -> float | None:
     return None if v is None else min(max(float(v), 0.0), 1.0)
 
 
-def node_claims(node: Any) -> dict[str, str]:
+def node_claims(node: Node) -> dict[str, str]:
     """The name, model, backend and device a node announces with its figures and progress."""
     backend = node.backend
     return dict(
@@ -103,11 +106,11 @@ class ClassMember(Forward):
         self.last_word = last_word  # sends at once, before the network closes (its goodbye)
         self._said: tuple[str, int, float] = ("", -1, 0.0)  # phase, round, when
         self.scored: tuple[int, float] | None = None  # (round, its own mean reward) once scored
-        self.node: Any = None
+        self.node: Node | None = None
         self.recent: deque[RoundStats] = deque(maxlen=ROUNDS_PER_MESSAGE)
 
     def say(
-        self, node: Any, phase: str, done: int = 0, total: int = 0, *, last: bool = False
+        self, node: Node, phase: str, done: int = 0, total: int = 0, *, last: bool = False
     ) -> Progress | None:
         """Tell the class what this node is doing (a new phase at once, steps within one at most
         every PROGRESS_LOCAL_S); `last`: its last word, also sent at once (`last_word`). Never
@@ -145,7 +148,7 @@ class ClassMember(Forward):
             return None
         return p
 
-    def on_phase(self, node: Any, phase: str) -> None:
+    def on_phase(self, node: Node, phase: str) -> None:
         self.node = node
         if self.removals is not None:  # before it samples: none of a removed member's groups
             self.removals.apply(node.pool)
@@ -158,7 +161,7 @@ class ClassMember(Forward):
         self.say(node, phase)
         super().on_phase(node, phase)
 
-    def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
+    def on_progress(self, node: Node, phase: str, done: int, total: int, tokens: int) -> None:
         self.say(node, phase, done, total)
         super().on_progress(node, phase, done, total, tokens)
 
@@ -166,7 +169,7 @@ class ClassMember(Forward):
         """The round under way is scored (a stopped round is abandoned: its reward goes)."""
         return self.scored is not None and self.scored[0] == round_ and phase != "stopped"
 
-    def on_scored(self, node: Any, reward: float) -> None:
+    def on_scored(self, node: Node, reward: float) -> None:
         """The round's reward, told to the class at once (its chart and row need not wait for
         the train step): every progress of this round from now on carries it."""
         self.scored = (int(node.round), min(max(float(reward), 0.0), MAX_REWARD))
@@ -174,14 +177,14 @@ class ClassMember(Forward):
         self.say(node, "scoring")
         super().on_scored(node, reward)
 
-    def on_paused(self, node: Any, parked: bool) -> None:
+    def on_paused(self, node: Node, parked: bool) -> None:
         """The loop waits in pause (p) or goes on: the class sees "paused", not its last phase
         going quiet (the newest state is repeated while it lasts)."""
         if parked:
             self.say(node, "paused")
         super().on_paused(node, parked)
 
-    def on_run_end(self, node: Any, outcome: str) -> None:
+    def on_run_end(self, node: Node, outcome: str) -> None:
         """The run ended: its rounds done, or it stopped (q, an error): the class sees "done"
         or "left" at once, not "saving" going quiet."""
         done = outcome == "done" and node.round >= int(node.cfg.rounds)

@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..events import RunEvents
+from .node_parts import NodeParts
 from .prompts import extract_tagged
 from .rewards import RewardConfig, score_completion
 
@@ -81,7 +81,17 @@ MEASURED = (
 
 
 def round_report(
-    node: Any, own, tasks, gens, local, external, n_shared, received, gen_seconds, stats, started
+    node: NodeParts,
+    own,
+    tasks,
+    gens,
+    local,
+    external,
+    n_shared,
+    received,
+    gen_seconds,
+    stats,
+    started,
 ) -> RoundReport:
     """A trainer.Node's report of the round it just ran (before its round counter moves on);
     started: time.perf_counter() and time.process_time() when the round began."""
@@ -175,7 +185,7 @@ class PrintCallback(RunEvents):
     def on_phase(self, node: object, phase: str) -> None:  # a trainer.Node; nothing to print
         pass
 
-    def on_scored(self, node: Any, reward: float) -> None:
+    def on_scored(self, node: NodeParts, reward: float) -> None:
         """The session's first round, once scored (a class draws it now): a line before its
         train step; later rounds are said once, when done."""
         if node.name not in self.history:

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from .checkpoints import find_latest, save_checkpoint
 from .metrics import truncate_metrics
+from .node_parts import NodeParts
 from .node_state import restore, snapshot
 
 POOL_FILE = "pool.json"  # the peer pool, saved with each checkpoint
 
 
-def save_node(node: Any) -> Path:
+def save_node(node: NodeParts) -> Path:
     """Checkpoint a trainer.Node at its next round (its `saving` phase has begun)."""
     state = {
         "round": node.round,  # the next round to run
@@ -49,7 +49,7 @@ def saved_node_id(node_dir: Path) -> str | None:
     return node_id if isinstance(node_id, str) and 0 < len(node_id) <= 64 else None
 
 
-def resume_node(node: Any) -> bool:
+def resume_node(node: NodeParts) -> bool:
     """Continue a trainer.Node from the newest complete checkpoint; False when there is none."""
     ckpt = find_latest(node.checkpoint_dir, log=lambda m: node.callback.on_message(node.name, m))
     if ckpt is None:

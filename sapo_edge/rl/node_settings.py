@@ -4,10 +4,10 @@ pool and the backend all see them) and the ones that need a restart (RESTART_SET
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from ..backends.base import LOAD_TIME_SETTINGS
 from ..config.settings import Config, ConfigError
+from .node_parts import NodeParts
 from .rewards import RewardConfig
 
 # Settings a running node cannot take (apply_settings refuses them with this reason): the model
@@ -26,7 +26,7 @@ RESTART_SETTINGS = LOAD_TIME_SETTINGS | {
 }
 
 
-def apply_settings(node: Any, changes: dict) -> None:
+def apply_settings(node: NodeParts, changes: dict) -> None:
     """Take new settings into a trainer.Node from the next round: the trainer, the reward, the
     pool and the backend all see them. Raises ConfigError (nothing applied) for a bad value or a
     setting that needs a restart."""

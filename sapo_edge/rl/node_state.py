@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.task_sampler import node_seed
+from .node_parts import NodeParts
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def _rng_from_json(data: list) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def _put_sampler(node: Any, state: Any) -> None:
+def _put_sampler(node: NodeParts, state: Any) -> None:
     """A checkpoint from before data/seeds.py (issue 56) drew its questions from the node seed
     itself (task_sampler.node_seed): its stream goes on from where it was, its rng and mix with
     it. A state saved with any other seed is refused, as before."""
@@ -65,12 +66,14 @@ PARTS = (
 STATEFUL = ("sampler", "mix", "success")  # the node's attributes whose state PARTS holds
 
 
-def snapshot(node: Any) -> dict[str, Any]:
+def snapshot(node: NodeParts) -> dict[str, Any]:
     """The node's round state now (fresh data: later rounds do not change it)."""
     return {p.name: p.get(node) for p in PARTS}
 
 
-def restore(node: Any, state: dict[str, Any], unreadable: Callable[[str, Exception], None]) -> None:
+def restore(
+    node: NodeParts, state: dict[str, Any], unreadable: Callable[[str, Exception], None]
+) -> None:
     """Put `state` back. A part an older checkpoint lacks keeps its default; one it holds in a
     form this version cannot read is reported to `unreadable` (its words, why) and starts afresh
     where it may (`since_older`), else the error stands."""

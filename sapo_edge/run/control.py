@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.settings import Config, ConfigError
 from ..events import events
 from ..rl.trainer import RoundStopped
+
+if TYPE_CHECKING:
+    from ..rl.trainer import Node
 
 
 class RunControl:
@@ -26,7 +29,7 @@ class RunControl:
         self.parked = threading.Event()  # set while the loop waits in pause (tests and UI read it)
         self.on_park: Callable[[bool], None] | None = None  # told when the loop parks / leaves
         # what the exit summary reads once the loop has ended (set by run_rounds)
-        self.node: Any = None
+        self.node: Node | None = None
         self.start_round = 0
         # the command that continues this run, when its session knows its own (a class
         # member's `sapo-edge join CODE ...`); None: the summary makes a `run --resume` one
@@ -79,7 +82,7 @@ class RunControl:
         return self._stop
 
     # --------------------------------------------------------------- loop side
-    def between_rounds(self, node: Any, log: Callable[[str], None]) -> bool:
+    def between_rounds(self, node: Node, log: Callable[[str], None]) -> bool:
         """Save / apply settings as asked, wait while paused; False when the loop should stop."""
         while True:
             with self._cond:
@@ -119,14 +122,14 @@ LEARN_ROUNDS = 3
 NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen", "solo"})
 
 
-def tell(node: Any, log: Callable[[str], None], text: str) -> None:
+def tell(node: Node, log: Callable[[str], None], text: str) -> None:
     """A line for the run's log that the person at the screen should also see now: the node's
     watchers hear it as a notice (the dashboard pops it up; nothing reads the log's words)."""
     log(text)
     events(node.callback).on_notice(node.name, text)
 
 
-def change_settings(node: Any, settings: dict[str, Any], log: Callable[[str], None]) -> None:
+def change_settings(node: Node, settings: dict[str, Any], log: Callable[[str], None]) -> None:
     """The person's new settings, to a node from its next round: Node.configure hands them to
     the trainer, the reward, the peer pool, the backend and config.json (rl/node_settings.py's
     apply_settings: learning rate, temperature...); a bad
@@ -159,7 +162,7 @@ def change_settings(node: Any, settings: dict[str, Any], log: Callable[[str], No
 
 
 def run_rounds(
-    node: Any, rounds: int, control: RunControl | None, log: Callable[[str], None]
+    node: Node, rounds: int, control: RunControl | None, log: Callable[[str], None]
 ) -> str:
     """The one training loop of a single node: rounds until `rounds` or a stop, then the newest
     complete state is saved (save_newest).
@@ -197,7 +200,7 @@ def run_rounds(
     return outcome
 
 
-def _tell_callback(node: Any, control: RunControl) -> Callable[[str], None]:
+def _tell_callback(node: Node, control: RunControl) -> Callable[[str], None]:
     """The node's callback hears (optionally) when the loop parks in pause and leaves it
     (`on_paused(node, parked)`, beside the UI's own on_park) and how the run ended
     (`on_run_end(node, outcome)`, before the network closes): a class member says so."""
@@ -213,7 +216,7 @@ def _tell_callback(node: Any, control: RunControl) -> Callable[[str], None]:
     return lambda outcome: callback.on_run_end(node, outcome)
 
 
-def save_newest(node: Any, log: Callable[[str], None]) -> Any:
+def save_newest(node: Node, log: Callable[[str], None]) -> Any:
     """Checkpoint the last finished round unless it is saved already; returns the newest
     checkpoint of this run, or None when no round has finished (nothing worth saving)."""
     if node.saved is not None and node.saved[0] == node.round:

@@ -11,17 +11,20 @@ import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..config.settings import Config
 from ..rl.metrics import read_rewards
+
+if TYPE_CHECKING:
+    from ..rl.trainer import Node
 
 HEADINGS = {"done": "finished", "stopped": "stopped", "failed": "stopped by an error"}
 
 
 def exit_summary(
     cfg: Config,
-    node: Any,
+    node: Node,
     outcome: str,
     *,
     start_round: int = 0,
@@ -78,7 +81,7 @@ def exit_summary(
 
 def continue_command(
     cfg: Config,
-    node: Any,
+    node: Node,
     *,
     headless: bool,
     resume: bool,

@@ -10,7 +10,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
@@ -35,6 +35,9 @@ from .messages import (
 )
 from .nothing_trained import why_nothing_trained
 
+if TYPE_CHECKING:
+    from ..rl.trainer import Node
+
 NO_PEERS_AFTER_ROUNDS = 5  # warn when J > 0 and nothing arrived by then
 NO_PEERS_TITLE = "No peers yet"  # the one warning a round that received groups clears
 PROGRESS_EVERY = 0.25  # seconds between progress messages (decode steps come much faster)
@@ -43,7 +46,7 @@ PROGRESS_EVERY = 0.25  # seconds between progress messages (decode steps come mu
 class TuiCallback(RunEvents):
     def __init__(self, post: Callable[[Message], Any], clock: Callable[[], float] = time.time):
         self.post, self.clock = post, clock
-        self.node: Any = None
+        self.node: Node | None = None
         self.round_started = 0.0
         self.last_round_seconds: float | None = None
         self.received_total = 0
@@ -53,7 +56,7 @@ class TuiCallback(RunEvents):
         self.tokens = self.live = 0  # generating: tokens so far, completions still running
 
     # ------------------------------------------------------------------ Callback protocol
-    def on_phase(self, node: Any, phase: str) -> None:
+    def on_phase(self, node: Node, phase: str) -> None:
         if self.node is None:
             self.node = node
             self.post(node_started(node))
@@ -65,7 +68,7 @@ class TuiCallback(RunEvents):
             self.progress_posted = float("-inf")  # the phase's first step shows at once
         self.post(PhaseStarted(node.round, phase, now, self.round_started, self.last_round_seconds))
 
-    def on_progress(self, node: Any, phase: str, done: int, total: int, tokens: int) -> None:
+    def on_progress(self, node: Node, phase: str, done: int, total: int, tokens: int) -> None:
         """Every decode step / micro-batch (training thread): a message at most every
         PROGRESS_EVERY seconds, and for every micro-batch (they are slow)."""
         rows = node.cfg.questions_per_round * node.cfg.group_size
@@ -78,10 +81,10 @@ class TuiCallback(RunEvents):
         finished = rows - self.live if phase == "generating" else 0
         self.post(PhaseProgress(node.round, phase, done, total, tokens, rows, finished, now))
 
-    def on_scored(self, node: Any, reward: float) -> None:
+    def on_scored(self, node: Node, reward: float) -> None:
         self.post(RoundScored(node.round, reward))
 
-    def on_settings(self, node: Any, applied: dict) -> None:
+    def on_settings(self, node: Node, applied: dict) -> None:
         self.post(SettingsApplied(dict(applied)))
 
     def on_round(self, r: Any) -> None:
@@ -127,7 +130,7 @@ class TuiCallback(RunEvents):
         self.post(Notice(text))
 
     # ---------------------------------------------------------------------------- helpers
-    def _maybe_warn_no_peers(self, node: Any, round_: int) -> None:
+    def _maybe_warn_no_peers(self, node: Node, round_: int) -> None:
         if self.warned_no_peers or node.cfg.external_samples == 0 or self.received_total:
             return
         if round_ + 1 < NO_PEERS_AFTER_ROUNDS:
@@ -150,7 +153,7 @@ class TuiCallback(RunEvents):
         self.post(Problem(NO_PEERS_TITLE, remedy, fatal=False))
 
 
-def node_started(node: Any) -> NodeStarted:
+def node_started(node: Node) -> NodeStarted:
     b, cfg = node.backend, node.cfg
     return NodeStarted(
         name=node.name,
@@ -193,7 +196,7 @@ def reward_history(path: Any, before: int, limit: int = 100_000) -> list[tuple[i
     return sorted(out.items())
 
 
-def _memory_mb(node: Any) -> float | None:
+def _memory_mb(node: Node) -> float | None:
     if node is None:
         return None
     report = node.backend.memory_report()

@@ -28,6 +28,7 @@ from ..classroom.code import big_text
 from ..classroom.removal import teacher_line
 from ..data.textsafe import clean
 from ..events import RunEvents
+from ..rl.trainer import Node
 from ..run.control import RunControl
 from .screens.remove import HintScreen, RemoveScreen
 from .screens.taught import TaughtScreen
@@ -67,17 +68,17 @@ class _OwnCallback(RunEvents):
         self.post = post
         self.scored: tuple[int, float] | None = None  # (round, reward) once its answers scored
 
-    def on_phase(self, node: Any, phase: str) -> None:
+    def on_phase(self, node: Node, phase: str) -> None:
         text = f"round {node.round + 1}/{node.cfg.rounds} · {phase}"
         if self.scored is not None and self.scored[0] == node.round:
             text += f" · reward {self.scored[1]:.2f}"
         self.post(OwnStatus(text))
 
-    def on_scored(self, node: Any, reward: float) -> None:
+    def on_scored(self, node: Node, reward: float) -> None:
         self.scored = (node.round, reward)
         self.on_phase(node, "scored")
 
-    def on_paused(self, node: Any, parked: bool) -> None:
+    def on_paused(self, node: Node, parked: bool) -> None:
         if parked:
             self.post(OwnStatus(f"paused before round {node.round + 1}/{node.cfg.rounds} (p)"))
 
