@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config.settings import Config, ConfigError, preset_names
+from ..data.paths import NO_SPACE
 from .parser import _first_run_choice, build_parser, config_from_args
 from .tools import _doctor, _models, _relay, _room_nats_user
 
@@ -140,7 +141,7 @@ def _os_error(e: OSError) -> str:
     where = f" {e.filename}" if e.filename else ""
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"permission denied on{where or ' a file'} ({e.strerror}): use a folder you can write to (--out-dir)."
-    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+    if e.errno in NO_SPACE:
         return f"no space left on the disk of{where or ' the output folder'}: free some space or pass --out-dir on another disk."
     return f"{e.strerror or e}{where}: check the path and try again."
 

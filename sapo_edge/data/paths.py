@@ -6,8 +6,13 @@ SAPO_EDGE_CACHE moves the model cache (shared and safe to delete); --out-dir mov
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+# the errors of a full disk (a quota's too, where the platform has one): what a write that fails
+# for want of room says, which the checkpoints, the run's remedies and the CLI tell apart
+NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 APP = "sapo-edge"
 

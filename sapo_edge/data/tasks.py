@@ -167,7 +167,13 @@ _EVAL_SCORER_MODULES = (
     "reasoning_gym.games.n_queens",
 )
 _BUILD_LOCK = threading.Lock()  # one build at a time: datasets are shared (cached), some keep state
-_BUILDING = threading.local()  # .on while this thread builds a task: what it prints is dropped
+
+
+class _Building(threading.local):
+    on = False  # while this thread builds a task: what it prints is dropped
+
+
+_BUILDING = _Building()
 
 
 class _QuietBuilds:
@@ -184,12 +190,12 @@ class _QuietBuilds:
         self.real = real
 
     def write(self, text: str) -> int:
-        if getattr(_BUILDING, "on", False):
+        if _BUILDING.on:
             return len(text)
         return self.real.write(text)
 
     def flush(self) -> None:
-        if not getattr(_BUILDING, "on", False):
+        if not _BUILDING.on:
             self.real.flush()
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer...

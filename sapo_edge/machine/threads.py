@@ -37,9 +37,12 @@ REGAIN_BELOW = 0.15  # ... and taken back only once their use stays below this
 REGAIN_WINDOWS = 3  # ... for this many windows in a row (a flickering load does not flip it)
 
 
+_AFFINITY = hasattr(os, "sched_getaffinity")  # Linux; macOS and Windows have no affinity mask
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
+    if _AFFINITY:
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
 
@@ -73,7 +76,7 @@ class LoadMeter:
         import psutil
 
         self._psutil, self._me = psutil, psutil.Process()
-        if cores is None and hasattr(os, "sched_getaffinity"):
+        if cores is None and _AFFINITY:
             cores = sorted(os.sched_getaffinity(0))
         self._cores = cores
         niced = sys.platform != "win32" and os.getpriority(os.PRIO_PROCESS, 0) > 0

@@ -6,7 +6,6 @@ A checkpoint is `root/round-NNNNNN/` holding the backend's files, state.json, MA
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -18,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data.paths import NO_SPACE
+
 STATE, MANIFEST, COMPLETE = "state.json", "MANIFEST.json", "COMPLETE"
 _RESERVED = (STATE, MANIFEST, COMPLETE)
 _ROUND_DIR = re.compile(r"round-(\d{6,})")
 _TMP_DIR = re.compile(r"\.tmp-.*?-(\d+)-[0-9a-f]+")  # .tmp-round-NNNNNN-{pid}-{hex}, .tmp-old-...
-_NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 class CheckpointError(Exception):
@@ -147,7 +147,7 @@ def save_checkpoint(
         _publish(tmp, final)
     except BaseException as e:
         _remove(tmp)
-        if isinstance(e, OSError) and e.errno in _NO_SPACE:
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
             raise CheckpointError(
                 f"no space left on the disk holding {root} while saving round {round}; "
                 f"free space or lower keep (now {keep}) — earlier checkpoints are intact"

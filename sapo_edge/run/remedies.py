@@ -6,9 +6,9 @@ import errno
 
 from ..config.errors import ModelNotFound
 from ..config.settings import ConfigError
+from ..data.paths import NO_SPACE
 from ..rl.checkpoints import CheckpointError
 
-_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
@@ -74,7 +74,7 @@ def _is_disk_full(exc: BaseException) -> bool:
     for _ in range(8):  # the exception and its causes
         if exc is None:
             return False
-        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
             return True
         if "no space left" in str(exc).lower():
             return True

@@ -91,7 +91,7 @@ class Session:
         if not self.networked:
             return node
         b = node.backend
-        self.transport.tell_peers(node.model_id, f"{getattr(b, 'name', 'torch')}/{b.device}")
+        self.transport.tell_peers(node.model_id, f"{b.name}/{b.device}")
         try:
             self.start_network()
         except BaseException:
