@@ -124,8 +124,6 @@ class Joined:
         laptop are verified and counted as before, and otherwise ignored; over NATS a student
         hears the room's end subject only (not each other's stats)."""
         host_id = self.invite.host_id
-        if self.transport.nats is not None:
-            self.transport.nats.want_end = True
         since = self.invite.said_at  # the host's words from before the welcome: not heeded
         self.removals = removals = Removals(self.transport, since)
         self.hint_word = hint_word = HintWord(self.transport.log, since)
@@ -152,9 +150,7 @@ class Joined:
                 self.class_ended.set()
                 self._tell(self.on_class_ended, "that the class ended")
 
-        stats = self.transport.intake.stats
-        stats.on_stats = heard  # a failing handler says so, in the transport's log of the time
-        stats.log = lambda text: self.transport.log(text)
+        self.transport.stats.hear_host(heard)
 
     def alone_command(self, *, headless: bool, more: bool = False) -> str:
         """The command that goes on training alone from this run's checkpoint."""

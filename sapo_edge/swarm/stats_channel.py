@@ -52,6 +52,15 @@ class StatsChannel:
         if self.nats is not None:
             self.nats.want_stats = handler is not None
 
+    def hear_host(self, handler: Callable[[VerifiedStats], None]) -> None:
+        """A class's student: `handler` hears every verified stats or progress message that
+        reaches this laptop (it heeds its host's); over NATS only the room's end subject, not
+        each member's stats. Set before start()."""
+        self.intake.stats.on_stats = handler  # a failing handler says so, in the network's log
+        self.intake.stats.log = lambda text: self.core.log(text)
+        if self.nats is not None:
+            self.nats.want_end = True
+
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
         """Sign, seal and queue this node's recent figures for every link (never waits)."""
         msg, stats_id = make_stats(self.core.ident, self.core.keys, rounds)
