@@ -291,7 +291,6 @@ def join_command(args: argparse.Namespace, *, dashboard: Callable[[Any], int]) -
             + removed_remedy("Ctrl-C", joined.alone_command(headless=True))
         ),
     )
-    joined.session.keep_open = True  # after its rounds: still told when the class ends
     try:
         code = run_headless(joined.cfg, session=joined.session, wrap=joined.callback)
         if code == 0 and not args.leave_when_done:

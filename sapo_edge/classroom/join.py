@@ -7,6 +7,7 @@ relay) and says which one carries it, or what to do when none does.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import shlex
 import threading
@@ -100,7 +101,7 @@ class Joined:
     code: JoinCode
     invite: Invite
     cfg: Config
-    session: Session
+    network: NetworkTransport  # not started
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
@@ -113,10 +114,25 @@ class Joined:
     on_removed: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     removals: Removals | None = None  # the members the host removed (set by hear_the_host)
     hint_word: HintWord | None = None  # the teacher's choice of the worked example for this laptop
+    machine: tuple[str, str] | None = None  # (backend kind, device), chosen before admission
+    memory_checked: Config | None = None  # the settings checked against this laptop's memory
 
     @property
     def transport(self) -> NetworkTransport:
-        return self.session.transport
+        return self.network
+
+    @functools.cached_property
+    def session(self) -> Session:
+        """Its run's session, made once with all its terms: the network stays open after the
+        run's rounds (it is still told when the class ends), and the summary's way to go on is
+        join's (`continue_command`)."""
+        return Session.for_network(
+            self.network,
+            machine=self.machine,
+            memory_checked=self.memory_checked,
+            keep_open=True,
+            continue_command=self.continue_command,
+        )
 
     def hear_the_host(self) -> None:
         """Heed the host's signed goodbye (its node id came with the room key): `class_ended`
@@ -340,9 +356,7 @@ def join_class(
     # estimated above from the model's shape against this laptop's memory; a model estimated
     # only once fetched, or a GPU's own memory, is checked when the run loads it
     fitted = kind and verdict in ("ok", "warn") and not device.startswith("cuda")
-    checked = cfg if fitted else None
-    session = Session.for_network(transport, machine=machine, memory_checked=checked)
-    joined = Joined(code, invite, cfg, session, relay, role, notes, dict(local))
-    session.continue_command = joined.continue_command
+    terms = dict(machine=machine, memory_checked=cfg if fitted else None)
+    joined = Joined(code, invite, cfg, transport, relay, role, notes, dict(local), **terms)
     joined.hear_the_host()
     return joined

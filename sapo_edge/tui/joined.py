@@ -51,7 +51,6 @@ def run_join_dashboard(joined: Joined) -> int:
             on_path=lambda text: callback.post(PathChanged(text)),
         )
         watchers.append(watcher)
-        joined.session.keep_open = True  # after its rounds: still told when the class ends
         node = run_single(cfg, joined.callback(callback), log, control, joined.session)
         if node.round >= cfg.rounds:  # every round done (not stopped, not failed)
             done.set()
