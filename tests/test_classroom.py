@@ -362,10 +362,10 @@ def test_a_class_over_nats_carries_the_stats_through_it(tmp_path) -> None:
         h.start()
         got = []
         h.transport.intake.stats.on_stats = lambda v: (got.append(v), h.board.on_stats(v))
-        assert h.transport.nats.want_stats  # the host hears the stats subject
-        assert h.transport.wait_for(lambda: h.transport.nats.stats_listening, 10)
+        assert h.transport.nats.classnet.want_stats  # the host hears the stats subject
+        assert h.transport.wait_for(lambda: h.transport.nats.classnet.stats_listening, 10)
         j = joined = student(h, tmp_path, "ada")
-        assert j.relay == server.url and not j.transport.nats.want_stats  # students do not
+        assert j.relay == server.url and not j.transport.nats.classnet.want_stats  # students do not
         j.transport.manual = []  # no direct link to the host: NATS only
         j.transport.start()
         assert j.transport.wait_for(lambda: j.transport.nats.up, 10), j.transport.describe()
@@ -403,14 +403,16 @@ def test_over_nats_the_hosts_goodbye_reaches_a_student_with_no_other_path(tmp_pa
         j.transport.manual = []  # no direct link to the host: NATS only
         j.transport.start()
         nr = j.transport.nats
-        assert j.transport.wait_for(lambda: nr.up and nr.end_listening, 10), j.transport.describe()
+        assert j.transport.wait_for(lambda: nr.up and nr.classnet.end_listening, 10), (
+            j.transport.describe()
+        )
         assert h.transport.wait_for(lambda: h.transport.nats.up, 10)
 
         async def attack() -> None:
             nc = await nats.connect(server.url)
-            await nc.publish(nr.end_subject, b"junk")
-            await nc.publish(nr.end_subject, b"x" * (100 << 10))  # opened by nobody
-            await nc.publish(nr.end_subject, b"x" * (1 << 20))  # over the queue's bytes
+            await nc.publish(nr.classnet.end_subject, b"junk")
+            await nc.publish(nr.classnet.end_subject, b"x" * (100 << 10))  # opened by nobody
+            await nc.publish(nr.classnet.end_subject, b"x" * (1 << 20))  # over the queue's bytes
             await nc.flush()
             await nc.close()
 

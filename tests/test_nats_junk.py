@@ -97,10 +97,10 @@ def test_junk_on_the_class_stats_subject_is_capped_and_stats_still_arrive(server
     got = []
     host.stats.on_stats = got.append  # before start(): only a node with a handler hears the subject
     made.append(host.start())
-    assert host.wait_for(lambda: host.nats.up and host.nats.stats_listening, WAIT)
+    assert host.wait_for(lambda: host.nats.up and host.nats.classnet.stats_listening, WAIT)
     host.nats.junk_bytes_per_s = 64 << 10
     member, gate = Identity.generate(), JunkGate(keys, 0)
-    subject = host.nats.stats_subject
+    subject = host.nats.classnet.stats_subject
 
     async def flood() -> None:
         nc = await nats.connect(server)

@@ -1,4 +1,4 @@
-"""The class's two subjects on a room's NATS route (nats_transport.NatsRoute mixes this in):
+"""The class's two subjects on a room's NATS route (a part of nats_transport.NatsRoute):
 members' stats on one subject outside the room's sharded tree, heard by the host alone, and the
 host's goodbye on the room's end subject, heard by students. Each has a bounded queue; what
 arrives passes the route's junk gate (nats_gate.py: a member's tagged message is always tried,
@@ -7,38 +7,56 @@ junk only within the route's junk cap) and the seal before the intake checks it 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from .intake import Intake
 from .nats_gate import JunkGate
+from .nats_room import class_subject, end_subject
 
 MAX_END_BYTES = 8 << 10  # the host's sealed goodbye (a progress message) is well under this
 
 
 class ClassSubjects:
-    """The stats and end subjects of NatsRoute; see the module docstring."""
+    """The stats and end subjects of a NatsRoute; see the module docstring. `nc()` and `up()`:
+    the route's connection now (it changes on a reconnect) and whether it is up; `open_`: the
+    route's gate and seal check of one message (None: not to be opened)."""
 
-    # provided by NatsRoute (nats_transport.py)
-    nc: Any
-    up: bool
-    lock: Any
-    counters: Counter
-    intake: Any
-    key: str
-    gate: JunkGate
-    want_stats: bool
-    stats_listening: bool
-    stats_subject: str
-    want_end: bool
-    end_listening: bool
-    end_subject: str
-    _open: Callable[..., bytes | None]
+    def __init__(
+        self,
+        relay_id: str,
+        intake: Intake,
+        gate: JunkGate,
+        *,
+        key: str,
+        nc: Callable[[], Any],
+        up: Callable[[], bool],
+        open_: Callable[..., bytes | None],
+    ) -> None:
+        self.intake, self.gate, self.key = intake, gate, key
+        self.nc_now, self.up_now, self._open = nc, up, open_
+        self.lock, self.counters = intake.book.changed, intake.counters
+        # members' stats for a class view (stats.py): one unsharded subject outside the room's
+        # tree, heard only by a node that wants them (the host), never counted in the budget
+        self.stats_subject = class_subject(relay_id)  # no room subscription ("sapo.ID.>") matches
+        self.want_stats = False
+        self.stats_listening = False  # the server has the stats subscription
+        # the host's goodbye, heard by a student (hear_host sets want_end); a few small messages
+        self.end_subject = end_subject(relay_id)
+        self.want_end = False
+        self.end_listening = False
+
+    async def subscribe(self) -> None:
+        """The subjects this node wants, once connected (the client re-subscribes them after a
+        reconnect by itself)."""
+        await self._subscribe_stats()
+        await self._subscribe_end()
 
     async def _subscribe_stats(self) -> None:
         """The class's stats subject, for a node that wants them (the client re-subscribes it
         after a reconnect by itself)."""
-        if not self.want_stats or self.nc is None or self.nc.is_closed:
+        nc = self.nc_now()
+        if not self.want_stats or nc is None or nc.is_closed:
             return
         if await self._listen(self.stats_subject, self._on_stats_msg, 1024, 16 << 20):
             with self.lock:
@@ -48,9 +66,10 @@ class ClassSubjects:
     async def _listen(self, subject: str, cb, msgs: int, bytes_: int) -> bool:
         """Subscribe `cb` to one subject with a bounded queue; True once the server has it
         (False while reconnecting: the client re-subscribes when back)."""
-        await self.nc.subscribe(subject, cb=cb, pending_msgs_limit=msgs, pending_bytes_limit=bytes_)
+        nc = self.nc_now()
+        await nc.subscribe(subject, cb=cb, pending_msgs_limit=msgs, pending_bytes_limit=bytes_)
         try:
-            await self.nc.flush(timeout=5)
+            await nc.flush(timeout=5)
         except Exception:  # noqa: BLE001 - reconnecting: the client re-subscribes when back
             return False
         return True
@@ -58,7 +77,8 @@ class ClassSubjects:
     async def _subscribe_end(self) -> None:
         """The host's goodbye subject, for a student (re-subscribed by the client after a
         reconnect by itself). Its queue is small: the host sends one message."""
-        if not self.want_end or self.nc is None or self.nc.is_closed:
+        nc = self.nc_now()
+        if not self.want_end or nc is None or nc.is_closed:
             return
         if await self._listen(self.end_subject, self._on_end_msg, 64, 64 * MAX_END_BYTES):
             with self.lock:
@@ -79,8 +99,8 @@ class ClassSubjects:
     async def say_goodbye(self, sealed: bytes, timeout: float) -> bool:
         """Publish the host's goodbye on the end subject and wait (at most `timeout`) until the
         server has it; False when NATS is down or the wait ran out."""
-        nc = self.nc
-        if not self.up or nc is None or nc.is_closed or len(sealed) > MAX_END_BYTES:
+        nc = self.nc_now()
+        if not self.up_now() or nc is None or nc.is_closed or len(sealed) > MAX_END_BYTES:
             return False
         try:
             headers = self.gate.headers(self.end_subject, sealed)

@@ -7,7 +7,8 @@ at fault. On top, per round: at most `budget_groups` messages verified and group
 rest is shed after the seal check (counted). Before the seal, the junk gate (nats_gate.py): a
 member's tagged message is always tried; untagged bytes (junk from anyone with publish rights on
 the server) only while `junk_bytes_per_s` of junk holds; junk counts neither against the budget
-nor in the rate the fan-in is planned from. The class's stats and end subjects: nats_class.py.
+nor in the rate the fan-in is planned from. The class's stats and end subjects: nats_class.py
+(`classnet`, a part of the route).
 Clients reconnect to another server of the cluster on their own.
 """
 
@@ -28,8 +29,6 @@ from .nats_room import (
     ENV_PASSWORD,
     ENV_TOKEN,
     ENV_USER,
-    class_subject,
-    end_subject,
     nats_servers,
     tls_context,
 )
@@ -45,7 +44,7 @@ from .shards import (
 )
 
 
-class NatsRoute(ClassSubjects):
+class NatsRoute:
     """One room over NATS. Lives on the network loop: start(), publish(), round_done(), close()
     are called there (NetworkTransport schedules them); describe() and stats() from any thread.
 
@@ -101,15 +100,15 @@ class NatsRoute(ClassSubjects):
         self.batches = 0  # batches delivered this round
         self.heard = 0  # messages that unsealed this round, verified or shed
         self.on_batch: Callable[[object, float], None] | None = None  # (batch, arrival time)
-        # members' stats for a class view (stats.py): one unsharded subject outside the room's
-        # tree, heard only by a node that wants them (the host), never counted in the budget
-        self.stats_subject = class_subject(relay_id)  # no room subscription ("sapo.ID.>") matches
-        self.want_stats = False
-        self.stats_listening = False  # the server has the stats subscription
-        # the host's goodbye, heard by a student (join sets want_end); a few small messages
-        self.end_subject = end_subject(relay_id)
-        self.want_end = False
-        self.end_listening = False
+        self.classnet = ClassSubjects(  # the class's stats and end subjects
+            relay_id,
+            intake,
+            self.gate,
+            key=self.key,
+            nc=lambda: self.nc,
+            up=lambda: self.up,
+            open_=self._open,
+        )
         self._tasks: set[asyncio.Task] = set()
         self._connect_task: asyncio.Task | None = None
         self._closing = False
@@ -122,8 +121,7 @@ class NatsRoute(ClassSubjects):
         if self.shared:
             self._set_up(True)
             await self._subscribe(self.planner.fan)
-            await self._subscribe_stats()
-            await self._subscribe_end()
+            await self.classnet.subscribe()
             return
         self._connect_task = asyncio.get_running_loop().create_task(self._connect_loop())
 
@@ -166,8 +164,7 @@ class NatsRoute(ClassSubjects):
         self._set_up(True)
         self.log(f"NATS: connected to {self.server}")
         await self._subscribe(self.planner.fan)
-        await self._subscribe_stats()
-        await self._subscribe_end()
+        await self.classnet.subscribe()
 
     async def close(self) -> None:
         self._closing = True

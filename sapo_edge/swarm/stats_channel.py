@@ -50,7 +50,7 @@ class StatsChannel:
         self.intake.stats.on_stats = handler
         self.intake.stats.log = lambda text: self.core.log(text)
         if self.nats is not None:
-            self.nats.want_stats = handler is not None
+            self.nats.classnet.want_stats = handler is not None
 
     def hear_host(self, handler: Callable[[VerifiedStats], None]) -> None:
         """A class's student: `handler` hears every verified stats or progress message that
@@ -59,7 +59,7 @@ class StatsChannel:
         self.intake.stats.on_stats = handler  # a failing handler says so, in the network's log
         self.intake.stats.log = lambda text: self.core.log(text)
         if self.nats is not None:
-            self.nats.want_end = True
+            self.nats.classnet.want_end = True
 
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
         """Sign, seal and queue this node's recent figures for every link (never waits)."""
@@ -114,7 +114,7 @@ class StatsChannel:
             waits.append((link, link.outbox.sent + len(link.outbox.queue)))
         deadline = time.monotonic() + timeout
         nats = self.nats  # and the NATS end subject, which students hear
-        said = nats is not None and await nats.say_goodbye(sealed, timeout)
+        said = nats is not None and await nats.classnet.say_goodbye(sealed, timeout)
         while time.monotonic() < deadline and any(
             o.outbox.sent < n and not o.ws.closed for o, n in waits
         ):
@@ -129,5 +129,5 @@ class StatsChannel:
         self.intake.stats.verifier.remember(self.core.ident.node_id, stats_id, "self")
         self.table.queue_all(KIND_SEALED, sealed)
         if self.nats is not None:  # to whoever hosts a class view
-            self.nats.publish(sealed, subject=self.nats.stats_subject)
+            self.nats.publish(sealed, subject=self.nats.classnet.stats_subject)
         self.core.count("stats_published")
