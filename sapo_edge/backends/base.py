@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..config.loading import fields_where
+from ..config.settings import Config
+
 # generate() calls it after every decode step with (steps done, completion tokens so far);
 # train_step() before every micro-batch with (micro-batches done, micro-batches in all).
 # It may raise (a stop request) to abandon the call: nothing of it is kept.
@@ -68,10 +71,9 @@ class StepStats:
     extra: dict = field(default_factory=dict)
 
 
-# Settings a backend fixes when it loads: changing them needs a restart (a new adapter or model).
-LOAD_TIME_SETTINGS = frozenset(
-    {"model", "backend", "dtype", "lora_r", "lora_alpha", "lora_dropout", "lora_targets"}
-)
+# Settings a backend fixes when it loads (`when="load"` in config/settings.py): changing them
+# needs a restart (a new adapter or model).
+LOAD_TIME_SETTINGS = fields_where(Config, "when", "load")
 
 
 class Backend(Protocol):

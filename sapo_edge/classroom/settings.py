@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config.loading import fields_where
 from ..config.model_name import hub_only, model_name
 from ..config.settings import Config, ConfigError
 from ..data.safejson import JsonError, dumps_canonical, loads_strict
@@ -19,35 +20,14 @@ from ..swarm.peerbook import is_node_id
 
 INVITE_VERSION = 1
 MAX_EXTRA_CHARS = 16 << 10  # = swarm.admission.MAX_EXTRA_CHARS (tested), without importing it
-# Each laptop's own: its hardware, its folder and name, and how long it stays. The model too: a
-# small laptop may join with a smaller one (rollouts are text, models need not match).
-LOCAL_FIELDS = frozenset(
-    {
-        "model",
-        "backend",
-        "dtype",
-        "micro_batch_size",
-        "threads",  # this laptop's cores, never the teacher's
-        "memory_check",
-        "name",
-        "out_dir",
-        "resume",
-        "rounds",
-        "checkpoint_every",
-        "keep_checkpoints",
-        "listen",
-        "mdns",
-        "max_inbound_groups",  # a NATS route's per-round intake: this laptop's capacity
-    }
-)
-# The network and the preset name are the room's own business (never sent); everything else
-# (domains and their configs, I/J, G, tokens, reward, the GRPO recipe, LoRA shape) is the class's.
-_NOT_SENT = frozenset(
-    {"room", "secret", "secret_file", "relay", "peer", "solo", "preset", "nodes", "node_backends"}
-    | {"hinted_nodes", "hint_rounds", "hint"}  # a sim's and the host's: the hint each student
-)  # gets is its format_example (classroom/hint.py)
-# Sent as the class's, and a student's own flag still wins: how long to train.
-OVERRIDABLE = frozenset({"rounds"})
+# What a class sends and what each laptop keeps, by each setting's `scope` (config/settings.py):
+# a laptop's own (its hardware, folder, name, model: rollouts are text, models need not match),
+# the room's and the host's business (never sent: the hint each student gets is its
+# format_example, classroom/hint.py), the class's (everything else), and how long to train: sent
+# as the class's, and a student's own flag still wins.
+LOCAL_FIELDS = fields_where(Config, "scope", "local", "both")
+_NOT_SENT = fields_where(Config, "scope", "never")
+OVERRIDABLE = fields_where(Config, "scope", "both")
 CLASS_FIELDS = (
     frozenset(f.name for f in dataclasses.fields(Config)) - (LOCAL_FIELDS - OVERRIDABLE) - _NOT_SENT
 )

@@ -8,9 +8,7 @@ JSON next to each node's checkpoints.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,9 @@ from typing import Any
 from ..data.addresses import normalise_listen, normalise_peer, normalise_relay
 from ..data.tasks import PAPER_DOMAINS
 from .checks import validate
-from .errors import ConfigError
-from .presets import load_preset, preset_names
+from .errors import ConfigError  # noqa: F401 - re-exported: where callers take it from
+from .loading import config_from_dict, read_settings, write_settings
+from .presets import load_preset, preset_names  # noqa: F401 - re-exported, as ConfigError
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -39,29 +38,38 @@ class Config:
         "",
         "Start from a packaged preset (`sapo-edge presets` lists them: demo, paper, addition, "
         "arithmetic); --config and flags override it.",
+        scope="never",
     )
     # --- model and backend -------------------------------------------------------------
     model: str = _f(
         "Qwen/Qwen2.5-0.5B-Instruct",
         "Hugging Face id, local directory, .gguf file, or alias (smollm2-135m).",
+        when="load",
+        scope="local",
     )
     backend: str = _f(
         "auto",
         "auto | torch | cuda | mps | cpu | mlx (auto: MLX on Apple Silicon, else CUDA, MPS, CPU).",
+        when="load",
+        scope="local",
     )
     dtype: str = _f(
         "auto",
         "auto | float32 | bfloat16 | float16 (auto: bfloat16 on CUDA; on CPUs with native bf16 the dtype whose round of this model ran (or is estimated) faster here, a one-second GEMM probe before any round ran: `sapo-edge doctor` says which and why; float32 elsewhere).",
+        when="load",
+        scope="local",
     )
 
     # --- tasks (reasoning-gym) ---------------------------------------------------------
     domains: dict = _f(
         {d: 1.0 for d in PAPER_DOMAINS},
         "Domain -> sampling weight; the SAPO paper's 9 reasoning-gym domains by default.",
+        when="restart",
     )
     domain_configs: dict = _f(
         {},
         "Domain -> reasoning-gym config overrides (difficulty), e.g. {basic_arithmetic = {max_digits = 1}}.",
+        when="restart",
     )
     questions_per_round: int = _f(8, "Questions sampled per round, one per domain (paper: 8).")
     group_size: int = _f(8, "Completions generated per question, the GRPO group G (paper: 8).")
@@ -113,6 +121,7 @@ class Config:
         "{0, 2, 4, 6} (only J its pool can fill) for blocks of 4 rounds, from its own reward "
         "progress with the J it trained (a bandit, sapo_edge/rl/mix.py), with I + J = "
         "local_samples + external_samples (own groups fill in when peers fall short).",
+        when="restart",
     )
 
     # --- generation --------------------------------------------------------------------
@@ -166,6 +175,7 @@ class Config:
         "Sequences per forward/backward pass: bounds memory (~0.2-0.4 GB per 128-token sequence "
         "for a 135M model in float32), not the update. 0 = auto: 1 on the CPU (torch runs each "
         "prompt once for all its micro-batches, so small ones cost it little), 4 on a GPU.",
+        scope="local",
     )
 
     threads: int = _f(
@@ -173,6 +183,7 @@ class Config:
         "CPU threads for torch's math. 0 = adaptive: the cores this process may use less what "
         "other programs use on them, re-checked every second (a busy core stalls every thread "
         "that waits for it); N pins N threads, as OMP_NUM_THREADS does.",
+        scope="local",
     )
 
     round_target: float = _f(
@@ -182,41 +193,65 @@ class Config:
     )
 
     # --- LoRA (peft on torch, mlx-lm tuner on MLX) -------------------------------------
-    lora_r: int = _f(16, "LoRA rank.")
-    lora_alpha: float = _f(32.0, "LoRA alpha (scale = alpha / r).")
-    lora_dropout: float = _f(0.0, "LoRA dropout.")
+    lora_r: int = _f(16, "LoRA rank.", when="load")
+    lora_alpha: float = _f(32.0, "LoRA alpha (scale = alpha / r).", when="load")
+    lora_dropout: float = _f(0.0, "LoRA dropout.", when="load")
     lora_targets: list = _f(
-        LORA_TARGETS, "Module names that get LoRA adapters (attention and MLP projections)."
+        LORA_TARGETS,
+        "Module names that get LoRA adapters (attention and MLP projections).",
+        when="load",
     )
 
     # --- run -----------------------------------------------------------------------------
-    rounds: int = _f(100, "Rounds to train (each node, in sim).")
-    seed: int = _f(0, "Base seed; each node's question stream derives from it and the node id.")
-    name: str = _f("node", "Node name (sim: prefix, nodes are NAME-0, NAME-1, ...).")
+    rounds: int = _f(100, "Rounds to train (each node, in sim).", when="restart", scope="both")
+    seed: int = _f(
+        0, "Base seed; each node's question stream derives from it and the node id.", when="restart"
+    )
+    name: str = _f(
+        "node",
+        "Node name (sim: prefix, nodes are NAME-0, NAME-1, ...).",
+        when="restart",
+        scope="local",
+    )
     out_dir: str = _f(
         "",
         "Where metrics.jsonl, config.json and checkpoints go, one folder per node (empty = a new "
         "folder under the user's data folder; `sapo-edge runs` lists them).",
+        when="restart",
+        scope="local",
     )
     checkpoint_every: int = _f(
-        10, "Save a checkpoint every this many rounds (0 = only at the end)."
+        10,
+        "Save a checkpoint every this many rounds (0 = only at the end).",
+        scope="local",
     )
-    keep_checkpoints: int = _f(3, "Complete checkpoints kept per node.")
+    keep_checkpoints: int = _f(3, "Complete checkpoints kept per node.", scope="local")
     resume: bool = _f(
         False,
         "Continue from the newest complete checkpoint in out_dir (no --out-dir: the newest run "
         "of this node in the user's data folder).",
+        when="restart",
+        scope="local",
     )
     memory_check: bool = _f(
         True,
         "Estimate the memory a run needs before loading the model; refuse what cannot fit "
         "(--no-memory-check: try anyway).",
+        scope="local",
     )
-    nodes: int = _f(3, "sim only: number of nodes simulated on this machine.", command="sim")
+    nodes: int = _f(
+        3,
+        "sim only: number of nodes simulated on this machine.",
+        command="sim",
+        when="restart",
+        scope="never",
+    )
     node_backends: list = _f(
         [],
         "sim only: backends cycled over the nodes, e.g. torch,mlx (empty = all use backend).",
         command="sim",
+        when="restart",
+        scope="never",
     )
 
     hinted_nodes: list = _f(
@@ -226,12 +261,14 @@ class Config:
         "scoring the answer format is then a skill one node has and the others lack "
         "(experiments/aha.toml).",
         command="sim",
+        scope="never",
     )
     hint_rounds: int = _f(
         0,
         "sim only: the hinted nodes stop (train and share nothing more) after this many rounds, "
         "so what they taught must pass on among the others; 0 = they run every round.",
         command="sim",
+        scope="never",
     )
 
     hint: str = _f(
@@ -240,6 +277,7 @@ class Config:
         "laptop), a number K (the first K students to join), or both (host,2); the others "
         "never do. Empty: format_example decides for everyone (--preset aha: host).",
         command="host",
+        scope="never",
     )
 
     # --- swarm network (run only) --------------------------------------------------------
@@ -247,6 +285,8 @@ class Config:
         "default",
         "Swarm room: only nodes in the same room find each other and exchange rollouts.",
         command="run",
+        when="network",
+        scope="never",
     )
     secret: str = _f(
         "",
@@ -254,37 +294,57 @@ class Config:
         "Better given as env SAPO_EDGE_SECRET or --secret-file: on the command line it shows in "
         "`ps`. Never sent, never saved.",
         command="run",
+        when="network",
+        scope="never",
     )
     secret_file: str = _f(
         "",
         "A file holding the room key or passphrase ('-' = ask for it at the prompt).",
         command="run",
+        scope="never",
     )
     relay: str = _f(
         "",
         "Relay ws://HOST:PORT to reach nodes beyond the LAN, or a NATS server or cluster "
         "nats://HOST:4222 (tls://, or a comma list) for big swarms (empty = none).",
         command="run",
+        when="network",
+        scope="never",
     )
     max_inbound_groups: int = _f(
         128,
         "NATS relay: the most peer groups this node takes in per round, whatever the swarm's "
         "size (the room is sharded; see docs/scale.md).",
         command="run",
+        scope="local",
     )
     mdns: bool = _f(
         True,
         "Find peers on the LAN with mDNS/zeroconf (--no-mdns: only --peer/--relay).",
         command="run",
+        when="network",
+        scope="local",
     )
-    peer: list = _f([], "A peer HOST:PORT to connect to (repeat the flag, or a,b).", command="run")
+    peer: list = _f(
+        [],
+        "A peer HOST:PORT to connect to (repeat the flag, or a,b).",
+        command="run",
+        when="network",
+        scope="never",
+    )
     listen: str = _f(
         "0.0.0.0:7744",
         "HOST:PORT this node's websocket listens on (port 0 = any free port).",
         command="run",
+        when="network",
+        scope="local",
     )
     solo: bool = _f(
-        False, "Train alone: no network, no peers (J external samples find none).", command="run"
+        False,
+        "Train alone: no network, no peers (J external samples find none).",
+        command="run",
+        when="network",
+        scope="never",
     )
 
     def __post_init__(self) -> None:
@@ -298,19 +358,15 @@ class Config:
             ]
         self.validate()
 
-    # --------------------------------------------------------------------------------------
     def validate(self) -> None:
         validate(self)
 
-    # --------------------------------------------------------------------------------------
     def node_name(self, identity_name: str) -> str:
-        """The name a networked node goes by: --name when one was given, else its identity's
-        (run, join and host all name their node so)."""
+        """A networked node's name (run, join, host): --name when given, else its identity's."""
         return identity_name if self.name == DEFAULT_NAME else self.name
 
     def micro_batch(self, device: str) -> int:
-        """micro_batch_size, or for 0 (auto) 1 on the CPU (torch's or MLX's) and 4 on a GPU,
-        where bigger passes use the hardware better."""
+        """micro_batch_size, or for 0 (auto) 1 on the CPU (torch's, MLX's), 4 on a GPU."""
         return self.micro_batch_size or (1 if device == "cpu" else 4)
 
     def to_dict(self) -> dict[str, Any]:
@@ -318,53 +374,13 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> Config:
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in known:
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = (
-                    f" Did you mean {close[0]!r}?"
-                    if close
-                    else " Remove it; `sapo-edge run --help` lists every setting."
-                )
-                raise ConfigError(f"{source}: unknown setting {key!r}.{hint}")
-            values[key] = _coerce(key, value, known[key].type, source)
-        return cls(**values)
+        """Settings from a table (a file's, the flags'): unknown names and wrong types refused."""
+        return config_from_dict(cls, data, source)
 
     @classmethod
     def load(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
-        """Defaults < file < overrides (the CLI flags the user actually set)."""
-        data: dict[str, Any] = {}
-        if path:
-            p = Path(path)
-            try:
-                text = p.read_text(encoding="utf-8")
-            except OSError as e:
-                raise ConfigError(
-                    f"cannot read config file {p}: {e.strerror or e}; check the --config path."
-                ) from None
-            except UnicodeDecodeError:
-                raise ConfigError(
-                    f"config file {p} is not UTF-8 text: pass a TOML (or .json) settings file."
-                ) from None
-            try:
-                data = tomllib.loads(text) if p.suffix != ".json" else json.loads(text)
-            except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-                raise ConfigError(
-                    f"config file {p} is not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {e}."
-                ) from None
-            if not isinstance(data, dict):
-                raise ConfigError(f"config file {p} must hold a table of settings.")
-        data.update(overrides or {})
-        preset = data.get("preset", "")
-        if preset:  # defaults < preset < file < flags
-            if not isinstance(preset, str) or preset not in preset_names():
-                raise ConfigError(
-                    f"preset {preset!r} is unknown: use one of {', '.join(preset_names())}."
-                )
-            data = {**load_preset(preset), **data}
-        return cls.from_dict(data, source=str(path) if path else "flags")
+        """Defaults < preset < file < overrides (the CLI flags the user actually set)."""
+        return cls.from_dict(*read_settings(path, overrides))
 
     def to_saved_dict(self) -> dict[str, Any]:
         """The settings as written to any file (config.json, checkpoints): no secrets."""
@@ -374,26 +390,10 @@ class Config:
 
     def save(self, path: Path) -> None:
         """Write the settings as JSON, leaving out secrets (the room secret)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = self.to_saved_dict()
-        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_settings(path, self.to_saved_dict())
 
     def help(self, name: str) -> str:
         return next(f.metadata.get("help", "") for f in dataclasses.fields(self) if f.name == name)
-
-
-_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "dict": dict, "list": list}
-
-
-def _coerce(key: str, value: Any, type_name: Any, source: str) -> Any:
-    want = _TYPES[type_name if isinstance(type_name, str) else type_name.__name__]
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if want is int and isinstance(value, bool) or not isinstance(value, want):
-        raise ConfigError(
-            f"{source}: {key} should be {want.__name__}, got {type(value).__name__} {value!r}."
-        )
-    return value
 
 
 DEFAULT_NAME = Config.__dataclass_fields__["name"].default  # "node": no --name given

@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..backends.base import LOAD_TIME_SETTINGS
+from ..config.loading import fields_where
 from ..config.settings import Config, ConfigError
 from .node_parts import NodeParts
 from .rewards import RewardConfig
 
 # Settings a running node cannot take (apply_settings refuses them with this reason): the model
-# and LoRA shape are loaded, the question stream is seeded from them, the loop counts rounds.
-RESTART_SETTINGS = LOAD_TIME_SETTINGS | {
-    "seed",
-    "name",
-    "out_dir",
-    "resume",
-    "rounds",
-    "nodes",
-    "node_backends",
-    "domains",
-    "domain_configs",
-    "mix",
-}
+# and LoRA shape are loaded, the question stream is seeded from them, the loop counts rounds
+# (`when="load"` or `"restart"` in config/settings.py).
+RESTART_SETTINGS = fields_where(Config, "when", "load", "restart")
 
 
 def apply_settings(node: NodeParts, changes: dict) -> None:

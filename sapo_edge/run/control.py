@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..config.loading import fields_where
 from ..config.settings import Config, ConfigError
 from ..events import events
 from ..rl.trainer import RoundStopped
@@ -119,7 +120,7 @@ LEARN_ROUNDS = 3
 
 # Settings the transport owns: a restart with the new value changes them, never an edit of the
 # running config.
-NETWORK_SETTINGS = frozenset({"room", "secret", "relay", "peer", "mdns", "listen", "solo"})
+NETWORK_SETTINGS = fields_where(Config, "when", "network")  # (config/settings.py)
 
 
 def tell(node: Node, log: Callable[[str], None], text: str) -> None:
