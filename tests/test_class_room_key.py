@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import pytest
 import test_classroom
 from scripted import Quiet
 from swarm_util import FAST, batch_for, keys_of
@@ -114,6 +115,13 @@ def test_the_host_gives_a_replaced_key_to_admitted_members_only_and_the_grace_en
     ring.may_hold_old = {"asleep"}.__contains__  # the host: a member it admitted, away then
     assert ring.older_psks("asleep") == (old.link_psk,)
     assert not ring.replace(ring.secret)  # the secret in force again changes nothing
+    newer = ring.current
+    first = ring.secret
+    assert ring.replace(os.urandom(32)) and not ring.replace(first)  # a stale word: ignored
+    assert ring.current != newer and ring.secret != first
+    late = KeyRing(old, grace_s=60.0, clock=lambda: now[0])
+    late.replace(os.urandom(32), age=61.0)  # heard a minute after the host replaced them
+    assert late.accepted() == (late.current,) and late.older_psks("stranger") == ()
     fresh = KeyRing(old)
     fresh.replace(ring.secret, grace=False)  # a welcome's: nothing old is accepted
     assert fresh.current == ring.current and fresh.accepted() == (fresh.current,)
@@ -173,8 +181,102 @@ def test_a_new_secret_is_heeded_from_the_host_alone() -> None:
     secret = RoomSecret(net)
     secret.heed("ab" * 16)
     before = net.core.ring.current
-    assert not secret.heard("cd" * 16, Rekey(os.urandom(32)))  # a classmate's: charged, ignored
+    assert not secret.heard("cd" * 16, Rekey(os.urandom(32), 0))  # a classmate's: charged, ignored
     assert net.core.ring.current == before
-    assert secret.heard("ab" * 16, Rekey(os.urandom(32)))
+    assert secret.heard("ab" * 16, Rekey(os.urandom(32), 0))
     assert net.core.ring.current != before
     assert secret.first_words("ab" * 16) is None  # a member gives no secret to anyone
+
+
+def _remove(host, who: str):
+    old = host.transport.keys
+    assert host.remove(who).startswith(f"removed {who}")
+    assert host.transport.wait_for(lambda: host.transport.keys != old, 10)
+    return old
+
+
+def _attacker(keys, peer_port: int) -> NetworkTransport:
+    """A modified client: a fresh identity holding `keys`, dialing a classmate's address."""
+    return NetworkTransport(
+        Identity.generate(), keys=keys, **{**FAST, "peers": [f"127.0.0.1:{peer_port}"]}
+    ).start()
+
+
+def test_a_removal_retires_the_code_the_removed_laptop_saw(host, tmp_path) -> None:
+    """Found by review: the code on the screen gave the removed laptop, under a fresh identity,
+    the new key in its welcome. A removal shows a new code; the old one admits nobody."""
+    from sapo_edge.classroom.join import JoinError, join_class
+
+    joined = {n: student(host, tmp_path, n) for n in ("ada", "cy")}
+    for j in joined.values():
+        j.transport.start()
+        linked(j)
+    seen = host.code
+    _remove(host, "cy")
+    assert host.code != seen
+    local = dict(out_dir=str(tmp_path / "evil"), name="fresh", listen="127.0.0.1:0", mdns=False)
+    with pytest.raises(JoinError):
+        join_class(seen, local, identity=Identity.generate(), log=lambda _m: None)
+
+
+def test_a_member_away_at_the_removal_gets_no_fresh_grace(host, tmp_path) -> None:
+    """Found by review: a member that heard the new key late accepted the old one from anyone
+    for a grace of its own. The host's rekey says how long ago it replaced the keys."""
+    joined = {n: student(host, tmp_path, n) for n in ("ada", "cy", "mo")}
+    for t in [host.transport] + [j.transport for j in joined.values()]:
+        t.core.ring.grace_s = GRACE
+    for n in ("ada", "cy"):
+        joined[n].transport.start()
+        linked(joined[n])
+    mo = joined["mo"].transport
+    mo.core.ring.grace_s = 3.0  # long enough for the attacker to dial within it, were it fresh
+    old = _remove(host, "cy")
+    asyncio.run(asyncio.sleep(3.5))  # mo was away all the while: past its grace, too
+    mo.start()
+    assert mo.wait_for(lambda: mo.keys == host.transport.keys, 10)  # from the host, on its link
+    attacker = _attacker(old, mo.listener.port)
+    try:  # it dials again and again (within what a fresh grace would be): never linked
+        assert not mo.wait_for(lambda: attacker.ident.node_id in mo.connected(), 2.5)
+        assert attacker.counters["rejected:wrong_secret"] >= 2  # its own count of refusals
+    finally:
+        attacker.close()
+
+
+def test_a_link_opened_under_the_old_key_is_closed_when_its_grace_ends(host, tmp_path) -> None:
+    """Found by review: a fresh identity that linked with the room's key before the removal
+    stayed linked (holding a classmate's link slot). Links under a replaced key close at the
+    grace's end; members re-link under the new key."""
+    joined = {n: student(host, tmp_path, n) for n in ("ada", "cy")}
+    for t in [host.transport] + [j.transport for j in joined.values()]:
+        t.core.ring.grace_s = GRACE
+    for j in joined.values():
+        j.transport.start()
+        linked(j)
+    ada = joined["ada"].transport
+    attacker = _attacker(ada.keys, ada.listener.port)  # cy's second identity, before its removal
+    try:
+        assert ada.wait_for(lambda: attacker.ident.node_id in ada.connected(), 10)
+        _remove(host, "cy")
+        assert ada.wait_for(lambda: attacker.ident.node_id not in ada.connected(), 10)
+        assert ada.counters["links_closed_replaced_key"] >= 1
+        linked(joined["ada"])  # ada itself is back on the host's address under the new key
+        asyncio.run(asyncio.sleep(1.0))
+        assert attacker.ident.node_id not in ada.connected()  # and the attacker stays out
+    finally:
+        attacker.close()
+
+
+def test_a_removed_laptop_away_at_the_removal_is_told_when_it_comes_back(host, tmp_path) -> None:
+    """Found by review: the host's word is said again under the new key, which a laptop away at
+    its removal never gets. The host lets its old key in, to refuse it as removed, and the
+    student takes that refusal inside the host's authenticated link as the teacher's word."""
+    joined = {n: student(host, tmp_path, n) for n in ("ada", "cy")}
+    for t in [host.transport] + [j.transport for j in joined.values()]:
+        t.core.ring.grace_s = GRACE
+    joined["ada"].transport.start()
+    linked(joined["ada"])
+    _remove(host, "cy")
+    asyncio.run(asyncio.sleep(GRACE + 0.5))
+    joined["cy"].transport.start()  # it comes back, after the grace
+    assert joined["cy"].removed.wait(10)
+    assert "removed this laptop" in joined["cy"].continue_command(headless=True, more=False)

@@ -11,6 +11,7 @@ import functools
 import getpass
 import shlex
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,12 @@ class Joined:
         self.hint_word = hint_word = HintWord(self.transport.log, since)
         own_id = self.transport.ident.node_id
 
+        def removed_now(at: float) -> None:
+            if not self.removed.is_set():
+                removals.heard(own_id, True, at)  # it takes no classmate's group now
+                self.removed.set()
+                self._tell(self.on_removed, "that the teacher removed this laptop")
+
         def heard(v: Any) -> None:
             p = v.progress
             if not host_id or v.sender != host_id or p is None:
@@ -158,15 +165,13 @@ class Joined:
                 hint_word.heard(p.phase == "hinted", v.sent_at)
             if p.phase in ("removed", "readmitted") and p.member != own_id:
                 removals.heard(p.member, p.phase == "removed", v.sent_at)
-            elif p.phase == "removed" and not self.removed.is_set() and v.sent_at >= since:
-                removals.heard(own_id, True, v.sent_at)  # it takes no classmate's group now
-                self.removed.set()
-                self._tell(self.on_removed, "that the teacher removed this laptop")
+            elif p.phase == "removed" and v.sent_at >= since:
+                removed_now(v.sent_at)
             if p.phase == "ended" and not self.class_ended.is_set():
                 self.class_ended.set()
                 self._tell(self.on_class_ended, "that the class ended")
 
-        self.transport.stats.hear_host(heard)
+        self.transport.stats.hear_host(heard, host_id, lambda: removed_now(time.time()))
 
     def alone_command(self, *, headless: bool, more: bool = False) -> str:
         """The command that goes on training alone from this run's checkpoint."""

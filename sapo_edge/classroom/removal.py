@@ -7,10 +7,12 @@ and in its pool and trains on none of their groups (`Removals.apply`, at its nod
 the host's admissions refuse that identity until the teacher lets it back. The removed laptop is
 told (classroom/join.py) and may train alone.
 
-A removal also replaces the room's secret keys (swarm/room_secret.py): the removed laptop held
-them, and under a fresh identity a modified client could still link to classmates and send them
-groups. The others take the new secret over their own links to the host; a later welcome carries
-it (Grant.rekey). The code on the screen still admits a fresh identity: n shows a new one.
+A removal also replaces the room's secret keys (swarm/room_secret.py) and the join code: the
+removed laptop held both, and under a fresh identity a modified client could still link to
+classmates and send them groups, or join again. The others take the new secret over their own
+links to the host; a later welcome carries it (Grant.rekey). The word that removes a member is
+sealed before the keys change, so it reads it; one that was away hears it from the host when it
+links again (its old key is let in for that, and the host refuses it as removed).
 """
 
 from __future__ import annotations
@@ -143,13 +145,16 @@ def teacher_says(host: Any, who: str, removed: bool = True) -> str:
     word = "removed" if removed else "readmitted"
     board.teacher_said(node_id, word)
     tell(host, node_id, word)  # sealed under the keys it holds: it hears it
-    if removed:
-        secret = transport.replace_room_key(lambda key: holds_room_key(host, key))
+    if removed:  # its laptop saw the code and held the keys: both are replaced
+        secret = transport.replace_room_key(
+            lambda key: holds_room_key(host, key), told=host.removals.__contains__
+        )
         host.admissions.grant = dataclasses.replace(host.admissions.grant, rekey=secret)
+        host.new_code()
         return (
             f"removed {name} from the class: no classmate links to it or trains on its groups "
-            f"from now on, the room's key is replaced, and its laptop is told (readmit {name} "
-            "lets it back; n shows a new code)"
+            f"from now on, its laptop is told, the room's key is replaced and a new join code "
+            f"is on the screen (readmit {name} lets it back)"
         )
     return f"{name} may join the class again (the code on the screen admits it)"
 

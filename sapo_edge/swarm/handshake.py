@@ -96,6 +96,7 @@ class Session:
     auth: Auth
     channel: Channel
     initiator: bool
+    psk: bytes = b""  # the link key it was opened with (a replaced one: closed after its grace)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ async def _handshake(ws, ident, room, psk, initiator, role, expect_role, info, o
     else:  # the listener proves nothing before the dialer has
         auth, channel = await _read_auth(ws, channels, hello, their_role, t, psk)
         await channel.send(KIND_MESSAGE, auth_msg)
-    return Session(hello, auth, channel, initiator)
+    return Session(hello, auth, channel, initiator, psks[channels.index(channel)])
 
 
 async def _read(ws: WS) -> bytes:

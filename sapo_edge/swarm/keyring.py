@@ -37,8 +37,10 @@ class KeyRing:
     ) -> None:
         self._current = keys
         self.secret = b""  # the secret the current keys derive from ("" : the room credential)
+        self.replaced_at = 0.0  # when the current keys replaced others (this laptop's clock)
         self.grace_s, self.clock = grace_s, clock
         self._replaced: list[tuple[RoomKeys, float]] = []  # (old keys, when replaced), oldest first
+        self._past: set[bytes] = set()  # secrets replaced since: never taken again
         self.may_hold_old: Callable[[str], bool] = lambda _node_id: False
         self._lock = threading.Lock()
 
@@ -46,18 +48,25 @@ class KeyRing:
     def current(self) -> RoomKeys:
         return self._current
 
-    def replace(self, secret: bytes, *, grace: bool = True) -> bool:
+    def replace(self, secret: bytes, *, grace: bool = True, age: float = 0.0) -> bool:
         """The keys derived from `secret` from now on (the room's ids unchanged); the old ones
-        accepted for the grace period (`grace=False`: not at all, a newcomer's welcome named
-        the secret before it used any). False when it is the secret in force already."""
+        accepted for what is left of the grace period `age` seconds after the host replaced
+        them (`grace=False`: not at all, a newcomer's welcome named the secret before it used
+        any). False when it is the secret in force, or one replaced since (a stale word)."""
         with self._lock:
-            if secret == self.secret:
+            if secret == self.secret or secret in self._past:
                 return False
-            old = self._current
-            self._current, self.secret = old.replaced(secret), secret
-            if grace:
-                self._replaced = [*self._replaced, (old, self.clock())][-KEEP_REPLACED:]
+            old, now = self._current, self.clock()
+            if self.secret:
+                self._past.add(self.secret)
+            self._current, self.secret, self.replaced_at = old.replaced(secret), secret, now - age
+            if grace and age < self.grace_s:
+                self._replaced = [*self._replaced, (old, now - age)][-KEEP_REPLACED:]
             return True
+
+    def age(self) -> float:
+        """Seconds since the current keys replaced others (what a rekey tells a member)."""
+        return max(0.0, self.clock() - self.replaced_at)
 
     def accepted(self) -> tuple[RoomKeys, ...]:
         """The keys a sealed batch may be opened with: the current ones first, then the ones

@@ -290,6 +290,7 @@ class LinkTable:
             return await self._refuse(link, e.reason)
         if isinstance(msg, Bye):
             link.bye = msg.reason
+            self.core.on_bye(link.key, msg.reason)
             if msg.reason == "same_identity":
                 self.core.log(f"peer {link.name}: {clean(msg.message, 300)}")
             if msg.reason == "duplicate_connection" and not link.retiring:

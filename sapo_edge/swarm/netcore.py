@@ -55,6 +55,9 @@ class NetCore:
         self.ring = KeyRing(keys)
         self.model, self.backend = model, backend
         self.log = log
+        # a peer's goodbye (its node id, the reason) as it is read: a class's student hears its
+        # host refuse it ("removed": the host's word inside their authenticated link)
+        self.on_bye: Callable[[str, str], None] = lambda _key, _reason: None
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on any state change
         self.counters: Counter = Counter()  # totals: published, delivered, duplicate, rejected:*

@@ -336,10 +336,11 @@ class NetworkTransport:
     def readmit_member(self, node_id: str) -> None:
         removed.readmit(self, node_id)
 
-    def replace_room_key(self, holders: Callable[[str], bool]) -> str:
-        """The class's host: new secret keys for the room, given to the members `holders`
-        names over their own links (room_secret.py); the secret as hex, for later welcomes."""
-        return self.secret.replace(holders)
+    def replace_room_key(self, holders: Callable[[str], bool], told: Callable[[str], bool]) -> str:
+        """The class's host: new secret keys for the room, given to the members `holders` names
+        over their own links; `told` may still link with the old ones, to be refused as removed
+        (room_secret.py). The secret as hex, for later welcomes."""
+        return self.secret.replace(holders, told)
 
     def heed_room_key(self, host_id: str, secret_hex: str = "") -> None:
         """A class's member: its host's new secrets, and its welcome's (room_secret.py)."""

@@ -111,6 +111,7 @@ class Rekey:
     to a member it admitted; heeded from the host alone (room_secret.py)."""
 
     secret: bytes
+    age: int  # seconds since the host replaced the keys: what is left of a member's grace
 
 
 Message = Hello | Auth | Rollouts | Stats | Bye | Rekey
@@ -150,7 +151,7 @@ _SPECS: dict[str, dict[str, tuple[str, int]]] = {
         "signature": ("hex", 128),
     },
     "bye": {"type": ("str", 16), "reason": ("str", 40), "message": ("str", 500)},
-    "rekey": {"type": ("str", 16), "secret": ("hex", 64)},
+    "rekey": {"type": ("str", 16), "secret": ("hex", 64), "age": ("int", 0)},
 }
 _HEX = set("0123456789abcdef")
 
@@ -251,7 +252,7 @@ def parse_message(data: bytes | str, max_bytes: int = MAX_MESSAGE_BYTES) -> Mess
             d["sender"], bytes.fromhex(d["public_key"]), d["body"], bytes.fromhex(d["signature"])
         )
     if kind == "rekey":
-        return Rekey(bytes.fromhex(d["secret"]))
+        return Rekey(bytes.fromhex(d["secret"]), d["age"])
     return Bye(known_reason(d["reason"]), d["message"])
 
 
@@ -304,8 +305,8 @@ def make_auth(
     )
 
 
-def make_rekey(secret: bytes) -> bytes:
-    return dump_message({"type": "rekey", "secret": secret.hex()})
+def make_rekey(secret: bytes, age: float) -> bytes:
+    return dump_message({"type": "rekey", "secret": secret.hex(), "age": int(age)})
 
 
 def make_bye(reason: str, message: str) -> bytes:

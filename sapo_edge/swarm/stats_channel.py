@@ -52,14 +52,22 @@ class StatsChannel:
         if self.nats is not None:
             self.nats.classnet.want_stats = handler is not None
 
-    def hear_host(self, handler: Callable[[VerifiedStats], None]) -> None:
+    def hear_host(
+        self, handler: Callable[[VerifiedStats], None], host_id: str, removed: Callable[[], None]
+    ) -> None:
         """A class's student: `handler` hears every verified stats or progress message that
         reaches this laptop (it heeds its host's); over NATS only the room's end subject, not
-        each member's stats. Set before start()."""
+        each member's stats. `removed()`: the host `host_id` refused this laptop's link as
+        removed (a laptop away when the teacher removed it: the word is sealed under keys it no
+        longer holds). Set before start()."""
         self.intake.stats.on_stats = handler  # a failing handler says so, in the network's log
         self.intake.stats.log = lambda text: self.core.log(text)
         if self.nats is not None:
             self.nats.classnet.want_end = True
+        if host_id:
+            self.core.on_bye = lambda key, reason: (
+                removed() if key == host_id and reason == "removed" else None
+            )
 
     def publish_stats(self, rounds: RoundStats | list[RoundStats]) -> None:
         """Sign, seal and queue this node's recent figures for every link (never waits)."""
@@ -91,7 +99,7 @@ class StatsChannel:
         loop = self.loop()
         if loop is None or not loop.is_running():
             return 0
-        fut = asyncio.run_coroutine_threadsafe(self._goodbye(progress, timeout), loop)
+        fut = asyncio.run_coroutine_threadsafe(self._goodbye(self._sealed(progress), timeout), loop)
         try:
             return fut.result(timeout + 2.0)
         except Exception:  # noqa: BLE001 - a closing loop: nobody to tell
@@ -99,15 +107,19 @@ class StatsChannel:
 
     def announce(self, progress: Progress) -> None:
         """Send `progress` (the host's join code in force) at once on every link and NATS's end
-        subject, as the goodbye goes, without waiting for it (any thread)."""
+        subject, as the goodbye goes, without waiting for it (any thread). It is sealed now,
+        under the room's keys in force as it is said (a removal's word, under the keys the
+        removed laptop holds: room_secret.py replaces them after it)."""
         loop = self.loop()
         if loop is not None and loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._goodbye(progress, 3.0), loop)
+            asyncio.run_coroutine_threadsafe(self._goodbye(self._sealed(progress), 3.0), loop)
 
-    async def _goodbye(self, progress: Progress, timeout: float) -> int:
+    def _sealed(self, progress: Progress) -> bytes:
         msg, stats_id = make_progress(self.core.ident, self.core.keys, progress)
-        sealed = seal(self.core.keys, msg)
         self.intake.stats.verifier.remember(self.core.ident.node_id, stats_id, "self")
+        return seal(self.core.keys, msg)
+
+    async def _goodbye(self, sealed: bytes, timeout: float) -> int:
         waits = []
         for link in self.table.links.values():
             link.outbox.put(KIND_SEALED, sealed)
