@@ -194,6 +194,8 @@ def test_claims_cannot_poison_the_class_mean_or_the_baseline(host, tmp_path) -> 
             clients = [
                 await connect(relay, Identity.generate(), keys, relay=True) for _ in range(2)
             ]
+            counters = host.transport.counters
+            base = counters["stats_delivered"]
             try:
                 for i in range(80):
                     c = clients[i % 2]
@@ -202,6 +204,13 @@ def test_claims_cannot_poison_the_class_mean_or_the_baseline(host, tmp_path) -> 
                     if i % 20 == 0:
                         await c.send_sealed(claim(10.0, "member"))  # past any reward
                         await c.send_sealed(claim(1.5, "member"))  # past this class's
+                    if i % 10 == 9:  # at the host's pace: a relay drops the oldest of a full
+                        sent = base + 2 * (i + 1) + i // 20 + 1  # queue (a loaded machine)
+                        assert await asyncio.to_thread(
+                            host.transport.wait_for,
+                            lambda s=sent: counters["stats_delivered"] >= s,
+                            60,
+                        ), counters
                 assert await asyncio.to_thread(
                     host.transport.wait_for,
                     lambda: (
