@@ -58,7 +58,9 @@ def student(host: ClassHost, tmp_path: Path, name: str, ident: Identity | None =
 
 def linked(j: Joined) -> None:
     """Wait until the host's address and its relay both carry this student."""
-    assert j.transport.wait_for(lambda: class_path(j)[1].count("the host") == 2, 10)
+    assert j.transport.wait_for(
+        lambda: (p := class_path(j)).host_address and p.relay_heard is not None, 10
+    )
 
 
 def node_of(cfg, transport, name: str, callback, right: int = 1) -> Node:
@@ -114,8 +116,10 @@ def test_a_class_joins_by_code_trains_on_each_other_and_the_board_shows_it(host,
     try:
         for j in joined:  # the host's address and its relay both carry each student
             linked(j)
-        ok, path = class_path(joined[0])
-        assert ok and "the host's address 127.0.0.1:" in path and "the host's relay" in path
+        path = class_path(joined[0])
+        assert path.ok and path.host_address.startswith("127.0.0.1:")
+        assert path.describe().startswith("in the class via the host's address 127.0.0.1:")
+        assert "the host's relay (" in path.describe()
         nodes = [host_node, *students]
         run_rounds_in_step(nodes, host, 3)
 
@@ -283,8 +287,8 @@ def test_with_mdns_students_also_find_each_other_on_the_lan(tmp_path) -> None:
         assert a.transport.wait_for(
             lambda: b.transport.ident.node_id in a.transport.connected(), 15
         )
-        assert a.transport.wait_for(lambda: "the LAN" in class_path(a)[1], 15), class_path(a)
-        assert "the host's relay" in class_path(a)[1]
+        assert a.transport.wait_for(lambda: class_path(a).lan > 0, 15), class_path(a)
+        assert "the host's relay" in class_path(a).describe()
     finally:
         for j in joined:
             j.transport.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .join import Joined
@@ -14,26 +15,52 @@ from .join import Joined
 NO_PATH_AFTER = 20.0  # seconds without any link before the student is told what to check
 
 
-def class_path(joined: Joined) -> tuple[bool, str]:
-    """(any path works, which ones) for the dashboard: 'in the class via the LAN (2 peers), the
-    host's address and the host's relay (4 members heard)'."""
+@dataclass(frozen=True)
+class ClassPath:
+    """Which paths carry a student into its class now, as values (class_path); `describe()` is
+    the header's words: 'in the class via the LAN (2 peers), the host's address ADDR and the
+    host's relay (4 members heard)'."""
+
+    started: bool  # its network listens (before: the node loads its model first)
+    lan: int = 0  # LAN peers linked
+    host_address: str = ""  # the host's address, while the link dialed to it is up
+    relay_heard: int | None = None  # members heard through the relay, while it is up
+    tried: tuple[str, ...] = ()  # what it tries while no path works
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.lan or self.host_address or self.relay_heard is not None)
+
+    def describe(self) -> str:
+        if not self.started:
+            return "starting: this laptop joins the class's network once its model is loaded"
+        parts = []
+        if self.lan:
+            parts.append(f"the LAN ({self.lan} peer{'s' if self.lan != 1 else ''})")
+        if self.host_address:
+            parts.append(f"the host's address {self.host_address}")
+        if self.relay_heard is not None:
+            n = self.relay_heard
+            parts.append(f"the host's relay ({n} member{'s' if n != 1 else ''} heard)")
+        if parts:
+            return "in the class via " + ", ".join(parts)
+        return "not in the class yet: trying " + ", ".join(self.tried)
+
+
+def class_path(joined: Joined) -> ClassPath:
+    """The paths that carry this student now (ClassPath)."""
     t = joined.transport
     if not t.port:  # not started: the node loads its model first
-        return False, "starting: this laptop joins the class's network once its model is loaded"
+        return ClassPath(started=False)
     paths = t.paths()
-    lan = paths.linked("lan")
-    parts = []
-    if lan:
-        parts.append(f"the LAN ({lan} peer{'s' if lan != 1 else ''})")
-    if paths.linked("manual"):
-        parts.append(f"the host's address {joined.host_address}")
-    if paths.relay_up:
-        heard = len(paths.heard)
-        parts.append(f"the host's relay ({heard} member{'s' if heard != 1 else ''} heard)")
-    if parts:
-        return True, "in the class via " + ", ".join(parts)
     tried = ["the LAN" if t.mdns else "", joined.host_address, "the relay" if joined.relay else ""]
-    return False, "not in the class yet: trying " + ", ".join(x for x in tried if x)
+    return ClassPath(
+        started=True,
+        lan=paths.linked("lan"),
+        host_address=joined.host_address if paths.linked("manual") else "",
+        relay_heard=len(paths.heard) if paths.relay_up else None,
+        tried=tuple(x for x in tried if x),
+    )
 
 
 NO_PATH_TITLE = "Cannot reach the class"
@@ -103,7 +130,8 @@ class PathWatcher:
             if self.joined.transport.closed:  # the run left the class's network: nothing to say
                 return
             try:
-                ok, text = class_path(self.joined)
+                path = class_path(self.joined)
+                ok, text = path.ok, path.describe()
                 expired = expired_count(self.joined.transport)
             except Exception:  # noqa: BLE001 - a transport not started yet or closing
                 continue
