@@ -48,6 +48,37 @@ NO_NEGATIVES = "+no-negatives"  # external_negatives = false: peers' wrong answe
 SUFFIXES = (TARGETED, NO_NEGATIVES, *prank.SUFFIXES, alone.ALONE)  # +alone: experiments/alone.py
 
 
+# the settings a cell's summary keeps: what the reports read of it (aha_lines reads
+# format_instruction to know an experiment told every node the format: without it the
+# `Aha speed-up:` line was never written from real cells)
+SUMMARY_CONFIG_KEYS = (
+    "model",
+    "nodes",
+    "rounds",
+    "questions_per_round",
+    "group_size",
+    "max_new_tokens",
+    "local_samples",
+    "external_samples",
+    "mix",
+    "external_sampling",
+    "targeted_share",
+    "external_negatives",
+    "external_after_answer",
+    "learning_rate",
+    "lenient",
+    "lenient_credit",
+    "format_example",
+    "format_instruction",
+    "hinted_nodes",
+    "hint_rounds",
+    "dtype",
+    "seed",
+    "domains",
+    "domain_configs",
+)
+
+
 def parse_split(split: str) -> tuple[str, set[str]]:
     """A split's mix (I/J or adaptive) and its suffixes."""
     mix, found = split, set()
@@ -159,36 +190,7 @@ def run_cell(args: argparse.Namespace, seed: int | None, split: str) -> dict:
         "label": args.label,
         "seed": seed,
         "split": split,
-        "config": {
-            k: v
-            for k, v in cfg.to_saved_dict().items()
-            if k
-            in (
-                "model",
-                "nodes",
-                "rounds",
-                "questions_per_round",
-                "group_size",
-                "max_new_tokens",
-                "local_samples",
-                "external_samples",
-                "mix",
-                "external_sampling",
-                "targeted_share",
-                "external_negatives",
-                "external_after_answer",
-                "learning_rate",
-                "lenient",
-                "lenient_credit",
-                "format_example",
-                "hinted_nodes",
-                "hint_rounds",
-                "dtype",
-                "seed",
-                "domains",
-                "domain_configs",
-            )
-        },
+        "config": {k: v for k, v in cfg.to_saved_dict().items() if k in SUMMARY_CONFIG_KEYS},
         "heldout": heldout,
         "sim_seconds": sim_seconds if split != BASE else 0.0,
         "sim_first_round": done_before,  # sim_* count rounds from here (earlier runs did the rest)

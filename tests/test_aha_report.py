@@ -250,3 +250,17 @@ def test_the_alone_arm_end_to_end_on_the_tiny_model(tiny_qwen, tmp_path):
     assert len(alone["rewards"]["sweep-0"]) == 1 and len(alone["rewards"]["sweep-1"]) == 3
     text = (tmp_path / "docs/results.md").read_text()
     assert "Second-order spread: unhinted nodes' held-out strict pass@1 after round 3 " in text
+
+
+def test_a_cells_summary_keeps_every_setting_the_reports_read() -> None:
+    """The reports read a cell's settings from its summary's `config`; one they read that the
+    summary did not keep (format_instruction) silently left the `Aha speed-up:` line out of the
+    report of real cells (the synthetic summaries of the tests above set it by hand)."""
+    import re
+
+    read = set()
+    for name in ("aha_lines.py", "aha_report.py", "prank_report.py", "evidence_report.py"):
+        text = (ROOT / "experiments" / name).read_text(encoding="utf-8")
+        read |= set(re.findall(r'\["config"\]\.get\("([a-z_]+)"', text))
+    assert {"format_instruction", "hinted_nodes", "hint_rounds"} <= read  # the scan sees them
+    assert read <= set(evidence.SUMMARY_CONFIG_KEYS), read - set(evidence.SUMMARY_CONFIG_KEYS)
