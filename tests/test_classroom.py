@@ -770,3 +770,15 @@ def test_a_slow_laptop_in_a_qwen_class_joins_with_lighter_work_and_is_told(tmp_p
         assert not any("still shares" in n for n in kept.notes)
     finally:
         h.close()
+
+
+def test_a_student_on_a_cpu_decides_its_dtype_once(host, tmp_path, monkeypatch) -> None:
+    """issue 55: the join path chose the CPU dtype for the class's pace and the backend chose it
+    again when it loaded; the student's settings now carry the one choice (`--dtype auto`'s
+    here), which the backend loads and a run continued from the folder trains in."""
+    monkeypatch.setenv("SAPO_EDGE_CPU_DTYPE", "bfloat16")
+    j = student(host, tmp_path, "ada")
+    try:
+        assert j.cfg.dtype == "bfloat16"
+    finally:
+        j.transport.close()

@@ -250,12 +250,14 @@ class Joined:
 
 
 def _keep_pace(cfg: Config, notes: list[str]) -> Config:
-    """The class's settings, lightened on a laptop too slow to keep the class's pace."""
+    """The class's settings, lightened on a laptop too slow to keep the class's pace, in the
+    dtype `--dtype auto` chose for them here: decided once, so the backend loads in the dtype the
+    pace was estimated for (and a run continued from this folder trains in it too)."""
     from ..backends.rates import cpu_pace
     from ..machine.pace import keep_pace
 
     rates, cache, dtype = cpu_pace(cfg.dtype, lambda _msg: None, cfg.model, cfg)
-    cfg, note = keep_pace(cfg, rates, cache, dtype=dtype)
+    cfg, note = keep_pace(dataclasses.replace(cfg, dtype=dtype), rates, cache, dtype=dtype)
     if note:
         notes.append(note)
     return cfg
