@@ -36,8 +36,9 @@ class RoomSecret:
         """The host: a new secret from now on (returned as hex, for later welcomes), given to
         the members `holders` names (a member it admitted and did not remove) at once and every
         SHARE_EVERY_S; they may link with a replaced key, and so may the members `told` names
-        (the removed: the link then says so), nobody else after the grace period. Any thread: what was sealed before this call (the word that removes a member) was
-        sealed under the keys that member holds."""
+        (the removed: the link then says so), nobody else after the grace period. Any thread:
+        what was sealed before this call (the word that removes a member) was sealed under the
+        keys that member holds."""
         secret = os.urandom(REPLACED_BYTES)
         first = self.holders is None
         ring = self.net.core.ring
