@@ -98,16 +98,10 @@ class ClassHost:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ClassHost:
-        from ..swarm.identity import default_identity_path, load_or_create
+        from ..run.runs import laptop_identity
 
-        ident = self.identity
-        if ident is None:
-            from ..run.runs import hold_identity
-
-            ident, created = load_or_create()
-            if created:
-                self.log(f"new identity {ident.node_id} saved in {default_identity_path()}")
-            hold_identity(default_identity_path())  # a join on this laptop would be it twice
+        # held: a join on this laptop under it would be one node twice
+        ident = self.identity or laptop_identity(self.log, in_class=True)
         name = self.cfg.node_name(ident.name)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         key = new_room_key()  # in memory only: never written, never shown

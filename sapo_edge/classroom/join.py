@@ -289,12 +289,10 @@ def join_class(
     `local`: this laptop's own settings (settings.LOCAL_FIELDS), e.g. from flags; `kind` and
     `device`: its backend (select_backend), said to peers from the first link."""
     code = parse_code(code_text)
-    if identity is None:
-        from ..run.runs import hold_identity
-        from ..swarm.identity import default_identity_path, load_or_create
+    if identity is None:  # held: not the host's (or another join's) on this laptop
+        from ..run.runs import laptop_identity
 
-        identity, _ = load_or_create()
-        hold_identity(default_identity_path())  # not the host's (or another join's) on this laptop
+        identity = laptop_identity(lambda _m: None, in_class=True)  # unsaid, as before
     account = "" if local.get("name") else account_name()
     if account:  # issue 57: not a random name the teacher cannot place
         local = {**local, "name": account}

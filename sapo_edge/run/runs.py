@@ -14,10 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config.settings import DEFAULT_NAME, Config, ConfigError
 from ..data.paths import identity_path, runs_dir
 from ..rl.checkpoints import list_checkpoints
+
+if TYPE_CHECKING:
+    from ..swarm.identity import Identity
 
 
 def node_names(cfg: Config, command: str) -> list[str]:
@@ -222,6 +226,19 @@ def hold_run(node_dir: Path) -> None:
             f"sapo-edge is running, delete {path})."
         ),
     )
+
+
+def laptop_identity(log: Callable[[str], None], *, in_class: bool = False) -> Identity:
+    """This laptop's identity (made and saved on its first networked run, which the log says);
+    `in_class`: held for this process until it exits (hold_identity), as a host or a student."""
+    from ..swarm.identity import default_identity_path, load_or_create
+
+    ident, created = load_or_create()
+    if created:
+        log(f"new identity {ident.node_id} saved in {default_identity_path()}")
+    if in_class:
+        hold_identity(default_identity_path())
+    return ident
 
 
 def hold_identity(identity_file: Path) -> None:

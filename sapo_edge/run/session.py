@@ -45,12 +45,10 @@ class Session:
         if cfg.solo:
             saved = saved_node_id(Path(cfg.out_dir) / cfg.name) if cfg.resume else None
             return cls(NullTransport(), saved or node_id_for(cfg.name), cfg.name)
-        from ..swarm.identity import default_identity_path, load_or_create
         from .network import network_for
+        from .runs import laptop_identity
 
-        ident, created = load_or_create()
-        if created:
-            log(f"new identity {ident.node_id} saved in {default_identity_path()}")
+        ident = laptop_identity(log)
         name = cfg.node_name(ident.name)
         return cls(network_for(cfg, ident, name=name, log=log), ident.node_id, name)
 
