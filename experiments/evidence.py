@@ -385,6 +385,9 @@ def lane_worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     for seed, split in json.loads(args.lane):
+        if summary_path(args.docs, args.label, seed, split).is_file():  # done here or committed
+            print(f"cell done before: {summary_path(args.docs, args.label, seed, split)}")
+            continue
         summary = run_cell(args, seed, split)
         write_summary(args.docs, summary, args.commit)
         print(f"cell done: {summary_path(args.docs, args.label, seed, split)}", flush=True)

@@ -525,3 +525,26 @@ def test_the_report_says_what_task_the_cells_ran(tmp_path):
     assert evidence_report.task_line(config) == (
         "Task: basic_arithmetic (max_digits 1, operators + -); chain_sum."
     )
+
+
+def test_a_lane_skips_the_cells_whose_summary_exists(tmp_path, monkeypatch, capsys):
+    """A lane's list names cells a checkout may hold already (committed summaries): those are
+    skipped, as the plan's are, not run again from scratch in a fresh checkout."""
+    from types import SimpleNamespace
+
+    args = evidence.parser().parse_args(
+        ["--label", "x", "--docs", str(tmp_path), "--lane", json.dumps([[0, "8/0"], [1, "8/0"]])]
+    )
+    done = evidence.summary_path(tmp_path, "x", 0, "8/0")
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    ran = []
+    monkeypatch.setattr(
+        evidence, "run_cell", lambda a, seed, split: ran.append((seed, split)) or {}
+    )
+    monkeypatch.setattr(evidence, "write_summary", lambda *a, **k: [])
+    torch = SimpleNamespace(set_num_threads=lambda n: None)  # the lane sets its threads
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    evidence.lane_worker(args)
+    assert ran == [(1, "8/0")]
+    assert "cell done before" in capsys.readouterr().out
