@@ -79,10 +79,7 @@ class KeyRing:
     def older_psks(self, node_id: str) -> tuple[bytes, ...]:
         """The replaced link psks a handshake from `node_id` may use besides the current one:
         those within the grace period, or all of them for a peer that `may_hold_old`."""
-        with self._lock:
-            now, replaced = self.clock(), list(reversed(self._replaced))
-        if not replaced:
-            return ()
-        if self.may_hold_old(node_id):
-            return tuple(keys.link_psk for keys, _at in replaced)
-        return tuple(keys.link_psk for keys, at in replaced if now - at < self.grace_s)
+        if self._replaced and self.may_hold_old(node_id):
+            with self._lock:
+                return tuple(keys.link_psk for keys, _at in reversed(self._replaced))
+        return tuple(keys.link_psk for keys in self.accepted()[1:])

@@ -74,7 +74,7 @@ class RoomSecret:
 
     def _sweep(self) -> None:
         ring, table = self.net.core.ring, self.net.table
-        psks = {ring.current.link_psk, *ring.older_psks("")}  # within a grace still: kept
+        psks = {keys.link_psk for keys in ring.accepted()}  # within a grace still: kept
         for key, link in list(table.links.items()):
             if not is_relay(key) and link.session.psk not in psks and not link.ws.closed:
                 if self.holders is not None and self.holders(key):
