@@ -102,7 +102,7 @@ class Joined:
     code: JoinCode
     invite: Invite
     cfg: Config
-    network: NetworkTransport  # not started
+    transport: NetworkTransport  # not started until the session starts it
     relay: str  # "" when the class has none
     role: str  # "member" or "baseline"
     notes: list[str]  # what the student should know before the run (fit, resume, model)
@@ -118,17 +118,13 @@ class Joined:
     machine: tuple[str, str] | None = None  # (backend kind, device), chosen before admission
     memory_checked: Config | None = None  # the settings checked against this laptop's memory
 
-    @property
-    def transport(self) -> NetworkTransport:
-        return self.network
-
     @functools.cached_property
     def session(self) -> Session:
         """Its run's session, made once with all its terms: the network stays open after the
         run's rounds (it is still told when the class ends), and the summary's way to go on is
         join's (`continue_command`)."""
         return Session.for_network(
-            self.network,
+            self.transport,
             machine=self.machine,
             memory_checked=self.memory_checked,
             keep_open=True,
